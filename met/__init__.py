@@ -1,0 +1,3 @@
+"""met: an LLM inference toolchain whose speculative decoding is planned from measurement."""
+
+__version__ = "0.1.0"

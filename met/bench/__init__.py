@@ -1,0 +1,1 @@
+"""`met bench`: measuring what speculation costs on this box, and the table files it writes."""

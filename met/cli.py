@@ -1,0 +1,47 @@
+"""The `met` command line: wires each subpackage's Typer app together, nothing more."""
+
+from typing import Annotated
+
+import typer
+
+from met import __version__
+from met.bench.cli import bench_app
+from met.bench.tables_cli import tables_app
+from met.engine.cli import generate
+from met.model.cli import model_app
+from met.serve.cli import serve, top
+
+app = typer.Typer(
+    name="met",
+    help="LLM inference whose speculative decoding is planned from measurement.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(bench_app, name="bench")
+app.add_typer(tables_app, name="tables")
+app.add_typer(model_app, name="model")
+app.command("generate")(generate)
+app.command("serve")(serve)
+app.command("top")(top)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"met {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """met: measure what speculation costs on this box, then serve with planned draft depth."""
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

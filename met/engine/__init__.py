@@ -1,0 +1,1 @@
+"""The engine: the model runner (prefill, draft, verify, accept) and the scheduler."""

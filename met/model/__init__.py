@@ -1,0 +1,1 @@
+"""The models: the transformer, its MTP drafter, KV cache, weights, tokenizer and recipes (torch)."""

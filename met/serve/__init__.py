@@ -1,0 +1,1 @@
+"""`met serve`: boot-time key checks, the OpenAI-compatible HTTP API, metrics and the TUI."""
