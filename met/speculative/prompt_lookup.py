@@ -1,0 +1,125 @@
+"""Prompt-lookup decoding: an incremental n-gram index over one sequence's history and its adaptive copy window.
+
+The index maps every n-gram of the history (n in [min_ngram, max_ngram]) to the position just
+after its latest occurrence that has a continuation. The n-gram ending at the very end of the
+history is only entered once the next token arrives, so looking up the history's own suffix finds
+its latest *earlier* occurrence, never itself. A proposal therefore costs at most
+max_ngram - min_ngram + 1 hash lookups (one per n, longest first) whatever the history's length,
+and `extend` costs O(new tokens x n-gram range).
+
+The proposal is the continuation of that occurrence, up to a window that doubles after a fully
+accepted copy and halves after a broken one, within [min_window, max_window]. Proposals equal
+`ngram.propose(history, max_ngram, min_ngram, window)`.
+
+Worked example, params min_ngram=1, max_ngram=2, history [1, 2, 3, 1, 2]:
+the index holds (1,)->4, (2,)->2, (3,)->3, (1, 2)->2, (2, 3)->3, (3, 1)->4; the final (2,) and
+(1, 2), which have no continuation yet, are not entered. The suffix (1, 2) maps to 2, so with window 4 the proposal is
+history[2:6] = [3, 1, 2].
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class LookupParams:
+    """N-gram range matched against the history, and the bounds of the adaptive copy window."""
+
+    min_ngram: int = 1  # a 1-token match is weak evidence, but a draft costs only a verify slot
+    max_ngram: int = 4  # longer suffixes are tried first; more n costs one more lookup each
+    min_window: int = 1  # the window never falls below this many drafts
+    initial_window: int = 4  # drafts offered before any copy was observed
+    max_window: int = 16  # doubling stops here; the verify capacity clamps further anyway
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_ngram <= self.max_ngram:
+            raise ValueError(
+                f"n-gram range [min_ngram={self.min_ngram}, max_ngram={self.max_ngram}] is empty or starts below 1; "
+                "pass 1 <= min_ngram <= max_ngram"
+            )
+        if not 1 <= self.min_window <= self.initial_window <= self.max_window:
+            raise ValueError(
+                f"window bounds min_window={self.min_window}, initial_window={self.initial_window}, "
+                f"max_window={self.max_window} are out of order; pass 1 <= min_window <= initial_window <= max_window"
+            )
+
+
+def next_window(window: int, proposed: int, accepted: int, params: LookupParams) -> int:
+    """Double the window after a fully accepted copy, halve it after a broken one, within the params' bounds."""
+    if not 0 <= accepted <= proposed:
+        raise ValueError(f"accepted={accepted} drafts of proposed={proposed}; pass 0 <= accepted <= proposed")
+    if proposed == 0:
+        return window  # nothing was copied, so there is no evidence either way
+    if accepted == proposed:
+        return min(params.max_window, window * 2)
+    return max(params.min_window, window // 2)
+
+
+class PromptLookup:
+    """One sequence's history, its n-gram index, and its copy window."""
+
+    __slots__ = ("params", "_tokens", "_index", "_window")
+
+    def __init__(self, params: LookupParams | None = None, tokens: Iterable[int] = ()) -> None:
+        self.params = params if params is not None else LookupParams()
+        self._tokens: list[int] = []
+        # n-gram -> position just after its latest occurrence that has a continuation (< len(history))
+        self._index: dict[tuple[int, ...], int] = {}
+        self._window = self.params.initial_window
+        self.extend(tokens)
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+    @property
+    def tokens(self) -> list[int]:
+        """The history (prompt + accepted tokens), oldest first; a copy."""
+        return list(self._tokens)
+
+    @property
+    def window(self) -> int:
+        """The current copy window: the most drafts `propose` offers."""
+        return self._window
+
+    @property
+    def index_entries(self) -> int:
+        """Number of distinct n-grams indexed."""
+        return len(self._index)
+
+    def extend(self, tokens: Iterable[int]) -> None:
+        """Append tokens to the history, entering each n-gram that now has a continuation."""
+        history, index = self._tokens, self._index
+        lo, hi = self.params.min_ngram, self.params.max_ngram
+        for token in tokens:
+            end = len(history)
+            # The n-grams ending at `end` gain their continuation (`token`) now; later ones overwrite earlier.
+            for n in range(lo, min(hi, end) + 1):
+                index[tuple(history[end - n : end])] = end
+            history.append(token)
+
+    def match(self) -> tuple[int, int] | None:
+        """Return (n, position just after the latest earlier occurrence) of the longest recurring suffix, or None."""
+        history, index = self._tokens, self._index
+        length = len(history)
+        for n in range(min(self.params.max_ngram, length - 1), self.params.min_ngram - 1, -1):
+            after = index.get(tuple(history[length - n :]))
+            if after is not None:
+                return n, after
+        return None
+
+    def copy(self, num_tokens: int) -> list[int]:
+        """Return up to num_tokens tokens of the match's continuation, ignoring the window."""
+        found = self.match()
+        if found is None or num_tokens <= 0:
+            return []
+        _, after = found
+        return self._tokens[after : after + num_tokens]
+
+    def propose(self, max_drafts: int | None = None) -> list[int]:
+        """Return the match's continuation, up to the window (and max_drafts, the verify capacity, if given)."""
+        limit = self._window if max_drafts is None else min(self._window, max_drafts)
+        return self.copy(limit)
+
+    def observe(self, proposed: int, accepted: int) -> None:
+        """Update the window from how many of the proposed drafts the verifier accepted."""
+        self._window = next_window(self._window, proposed, accepted, self.params)

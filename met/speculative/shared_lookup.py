@@ -1,0 +1,158 @@
+"""Cross-request prompt lookup: a bounded n-gram index over recent finished requests, split into isolated scopes.
+
+A sequence whose own history has no match may copy the continuation of the same n-gram from what
+earlier requests of its scope held. A scope is (model, tokenizer, LoRA adapter, tenant): tokens
+are only comparable under one model and tokenizer, an adapter changes what follows what, and a
+tenant must never see another tenant's text. Each scope has its own index, so a lookup can only
+ever reach its own scope's tokens.
+
+The budget is the total number of tokens held across all scopes. Eviction is oldest request
+first, across scopes (one global arrival order): the budget bounds host memory, which all scopes
+share, and a per-scope quota would leave memory idle while one tenant is busy. A request longer
+than the whole budget is not held. Evicting a request removes every index entry that points into
+it; since it is its scope's oldest, no entry could fall back to an older occurrence.
+
+Matching: the longest suffix n-gram of the caller's history (n in [min_ngram, max_ngram]) whose
+latest occurrence with a continuation lies in the newest held request of the scope containing it,
+at its latest position; the proposal is that request's tokens after it. Requests are separate
+streams: an n-gram never spans two requests.
+
+The scheduler thread owns an instance; there is no lock.
+"""
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import count
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeKey:
+    """Who may share tokens: requests that agree on all four fields."""
+
+    model: str
+    tokenizer: str
+    lora_adapter: str | None  # None: the base model
+    tenant: str
+
+
+@dataclass(frozen=True, slots=True)
+class SharedLookupParams:
+    """Token budget over all scopes and the n-gram range matched."""
+
+    budget_tokens: int = 1 << 20  # total tokens held across scopes (~100 B of index per token and n)
+    min_ngram: int = 2  # across requests a single shared token is too weak evidence to copy on
+    max_ngram: int = 4
+
+    def __post_init__(self) -> None:
+        if self.budget_tokens < 1:
+            raise ValueError(f"budget_tokens={self.budget_tokens}; pass a budget of at least 1 token")
+        if not 1 <= self.min_ngram <= self.max_ngram:
+            raise ValueError(
+                f"n-gram range [min_ngram={self.min_ngram}, max_ngram={self.max_ngram}] is empty or starts below 1; "
+                "pass 1 <= min_ngram <= max_ngram"
+            )
+
+
+class SharedLookup:
+    """Recent requests' tokens, indexed per scope, under one global token budget."""
+
+    __slots__ = ("params", "_ids", "_held", "_order", "_index", "_scope_tokens", "_scope_requests", "_tokens_held")
+
+    def __init__(self, params: SharedLookupParams | None = None) -> None:
+        self.params = params if params is not None else SharedLookupParams()
+        self._ids = count()
+        self._held: dict[int, tuple[ScopeKey, tuple[int, ...]]] = {}  # request id -> (scope, tokens)
+        self._order: deque[int] = deque()  # request ids, oldest first, all scopes
+        # scope -> n-gram -> (request id, position just after its latest occurrence with a continuation)
+        self._index: dict[ScopeKey, dict[tuple[int, ...], tuple[int, int]]] = {}
+        self._scope_tokens: dict[ScopeKey, int] = {}
+        self._scope_requests: dict[ScopeKey, int] = {}
+        self._tokens_held = 0
+
+    @property
+    def tokens_held(self) -> int:
+        """Tokens held across all scopes (never more than the budget)."""
+        return self._tokens_held
+
+    @property
+    def requests_held(self) -> int:
+        """Requests held across all scopes."""
+        return len(self._order)
+
+    @property
+    def index_entries(self) -> int:
+        """Distinct (scope, n-gram) entries indexed; bounded by tokens held x n-gram range."""
+        return sum(len(index) for index in self._index.values())
+
+    def scopes(self) -> list[ScopeKey]:
+        """Scopes that hold at least one request."""
+        return list(self._scope_requests)
+
+    def scope_tokens(self, scope: ScopeKey) -> int:
+        """Tokens held for one scope."""
+        return self._scope_tokens.get(scope, 0)
+
+    def scope_requests(self, scope: ScopeKey) -> int:
+        """Requests held for one scope."""
+        return self._scope_requests.get(scope, 0)
+
+    def add_request(self, scope: ScopeKey, tokens: Iterable[int]) -> bool:
+        """Hold a finished request's prompt + output under its scope, evicting oldest first; False if not held."""
+        held = tuple(tokens)
+        if not 0 < len(held) <= self.params.budget_tokens:
+            return False
+        while self._tokens_held + len(held) > self.params.budget_tokens:
+            self._evict_oldest()
+        rid = next(self._ids)
+        self._held[rid] = (scope, held)
+        self._order.append(rid)
+        self._tokens_held += len(held)
+        self._scope_tokens[scope] = self._scope_tokens.get(scope, 0) + len(held)
+        self._scope_requests[scope] = self._scope_requests.get(scope, 0) + 1
+        index = self._index.setdefault(scope, {})
+        for key, after in self._ngrams(held):
+            index[key] = (rid, after)  # later positions and newer requests overwrite: latest wins
+        return True
+
+    def match(self, scope: ScopeKey, history: Sequence[int]) -> tuple[int, tuple[int, ...], int] | None:
+        """Return (n, held request's tokens, position after the match) for the longest suffix found, or None."""
+        index = self._index.get(scope)
+        if not index:
+            return None
+        length = len(history)
+        for n in range(min(self.params.max_ngram, length), self.params.min_ngram - 1, -1):
+            hit = index.get(tuple(history[length - n :]))
+            if hit is not None:
+                rid, after = hit
+                return n, self._held[rid][1], after
+        return None
+
+    def propose(self, scope: ScopeKey, history: Sequence[int], num_drafts: int) -> list[int]:
+        """Return up to num_drafts tokens that followed the history's suffix in the scope's held requests."""
+        found = self.match(scope, history) if num_drafts > 0 else None
+        if found is None:
+            return []
+        _, tokens, after = found
+        return list(tokens[after : after + num_drafts])
+
+    def _ngrams(self, tokens: tuple[int, ...]) -> Iterable[tuple[tuple[int, ...], int]]:
+        """Yield (n-gram, position after it) for every n-gram of tokens that has a continuation, in order."""
+        lo, hi = self.params.min_ngram, self.params.max_ngram
+        for after in range(1, len(tokens)):
+            for n in range(lo, min(hi, after) + 1):
+                yield tokens[after - n : after], after
+
+    def _evict_oldest(self) -> None:
+        rid = self._order.popleft()
+        scope, tokens = self._held.pop(rid)
+        index = self._index[scope]
+        for key, _ in self._ngrams(tokens):
+            hit = index.get(key)
+            if hit is not None and hit[0] == rid:
+                del index[key]
+        self._tokens_held -= len(tokens)
+        self._scope_tokens[scope] -= len(tokens)
+        self._scope_requests[scope] -= 1
+        if self._scope_requests[scope] == 0:
+            del self._scope_tokens[scope], self._scope_requests[scope], self._index[scope]
