@@ -1,5 +1,85 @@
 """The `met model` sub-app: train the embedded recipe and describe it."""
 
-import typer
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
 
+import torch
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from met.model.config import ModelConfig
+from met.model.corpus import HELDOUT_PERCENT, load_split, stdlib_root
+from met.model.transformer import Transformer
+from met.model.train import TrainParams, train
+from met.model.weights import save_weights, write_card
+
+_D = TrainParams()
 model_app = typer.Typer(help="Train and inspect the embedded model recipe.", no_args_is_help=True)
+console = Console(stderr=True)
+
+
+@model_app.command("train")
+def train_cmd(
+    out_dir: Annotated[Path, typer.Option(help="Folder for checkpoints, weights and the card.")] = Path("runs/met-tiny-py"),
+    preset: Annotated[str, typer.Option(help="Model config preset.")] = "met-tiny-py",
+    steps: Annotated[int, typer.Option(help="Optimizer steps.")] = _D.steps,
+    batch: Annotated[int, typer.Option(help="Sequences per step.")] = _D.batch,
+    seq_len: Annotated[int, typer.Option(help="Tokens per training sequence.")] = _D.seq_len,
+    lr: Annotated[float, typer.Option(help="Peak learning rate.")] = _D.lr,
+    threads: Annotated[int, typer.Option(help="torch CPU threads (0: torch's default).")] = 0,
+    eval_every: Annotated[int, typer.Option(help="Steps between held-out evaluations.")] = _D.eval_every,
+    seed: Annotated[int, typer.Option(help="Seed of the data sampler and initialisation.")] = 0,
+) -> None:
+    """Train the recipe on this interpreter's stdlib source (resumes from OUT_DIR/ckpt.pt)."""
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        cfg = ModelConfig.from_name(preset)
+        params = TrainParams(steps=steps, batch=batch, seq_len=seq_len, lr=lr, eval_every=eval_every,
+                             checkpoint_every=eval_every, seed=seed)
+    except (KeyError, ValueError) as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    train_split, heldout = load_split(False), load_split(True)
+    torch.manual_seed(seed)
+    model = Transformer(cfg)
+    log = (out_dir / "train.log").open("a")
+    with Progress(TextColumn("[bold]train"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                  console=console, disable=not console.is_terminal) as progress:
+        task = progress.add_task("train", total=params.steps, info="")
+
+        def on_step(step: int, stats: dict) -> None:
+            info = f"bpb {stats['bpb']:.3f} acc1 {stats['accept1_tf']:.2f}"
+            if "heldout_bpb" in stats:
+                info += f" | held-out bpb {stats['heldout_bpb']:.3f} acc1 {stats['heldout_accept1_tf']:.2f}"
+                log.write(f"{time.strftime('%H:%M:%S')} step {step} {stats}\n")
+                log.flush()
+                if not console.is_terminal:
+                    console.print(f"step {step}/{params.steps} {info}")
+            progress.update(task, completed=step, info=info)
+
+        stats = train(model, train_split, heldout, params, out_dir / "ckpt.pt", on_step)
+    digest = save_weights(model, out_dir / f"{preset}.safetensors")
+    card = {
+        "recipe": preset,
+        "digest": digest,
+        "config": asdict(cfg),
+        "parameters": model.num_parameters(),
+        "parameters_without_mtp": model.num_parameters(include_mtp=False),
+        "corpus": {"source": f"Python {'.'.join(map(str, __import__('sys').version_info[:3]))} stdlib .py files",
+                   "root": str(stdlib_root()), "train_files": len(train_split.files),
+                   "heldout_files": len(heldout.files), "heldout_rule": f"sha256(relative path) % 100 < {HELDOUT_PERCENT}",
+                   "train_tokens": int(len(train_split.tokens)), "heldout_tokens": int(len(heldout.tokens))},
+        "training": asdict(params) | {"wall_s": round(stats["wall_s"], 1), "tokens_seen": stats["tokens"],
+                                      "torch": torch.__version__, "threads": torch.get_num_threads()},
+        "heldout": {"bits_per_byte": round(stats["heldout_bpb"], 4),
+                    "mtp1_bits_per_byte": round(stats["heldout_mtp1_bpb"], 4),
+                    "teacher_forced_first_draft_acceptance": round(stats["heldout_accept1_tf"], 4)},
+    }
+    write_card(card, out_dir / f"{preset}.card.json")
+    console.print(f"wrote {out_dir / (preset + '.safetensors')} (digest {digest}) and its card")

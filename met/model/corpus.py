@@ -1,0 +1,68 @@
+"""The training corpus: the running interpreter's standard-library source, split by file."""
+
+import hashlib
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from met.model.tokenizer import EOS
+
+HELDOUT_PERCENT = 3  # share of files (by path hash) held out from training
+
+
+def stdlib_root() -> Path:
+    """The folder of the running interpreter's standard library."""
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def stdlib_files(root: Path | None = None) -> list[Path]:
+    """Every .py file of the standard library, third-party packages excluded, in a stable order."""
+    root = root or stdlib_root()
+    return sorted(p for p in root.rglob("*.py") if "site-packages" not in p.parts and "dist-packages" not in p.parts)
+
+
+def is_heldout(relpath: str) -> bool:
+    """Whether a file (by its path relative to the stdlib root) belongs to the held-out split."""
+    return int(hashlib.sha256(relpath.encode()).hexdigest()[:8], 16) % 100 < HELDOUT_PERCENT
+
+
+@dataclass(frozen=True)
+class Split:
+    """Token stream of one split, files joined by EOS, and the files it holds."""
+
+    tokens: np.ndarray  # [N] uint16
+    files: tuple[str, ...]  # relative paths
+
+
+def load_split(heldout: bool, root: Path | None = None) -> Split:
+    """Concatenate the files of one split into a token stream."""
+    root = root or stdlib_root()
+    chunks, names = [], []
+    for path in stdlib_files(root):
+        rel = path.relative_to(root).as_posix()
+        if is_heldout(rel) != heldout:
+            continue
+        data = path.read_bytes()
+        chunks.append(np.frombuffer(data, dtype=np.uint8).astype(np.uint16))
+        chunks.append(np.array([EOS], dtype=np.uint16))
+        names.append(rel)
+    tokens = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.uint16)
+    return Split(tokens, tuple(names))
+
+
+def heldout_prompts(count: int, prompt_bytes: int = 256, root: Path | None = None) -> list[str]:
+    """Prompts cut from the starts of held-out files (deterministic): code the model never trained on."""
+    root = root or stdlib_root()
+    prompts = []
+    for path in stdlib_files(root):
+        rel = path.relative_to(root).as_posix()
+        if not is_heldout(rel):
+            continue
+        text = path.read_bytes()[:prompt_bytes].decode("utf-8", errors="ignore")
+        if len(text) >= prompt_bytes // 2:
+            prompts.append(text)
+        if len(prompts) == count:
+            break
+    return prompts

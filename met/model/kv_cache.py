@@ -1,0 +1,67 @@
+"""The KV cache: allocated up front for a maximum batch and length, with per-slot lengths and rollback."""
+
+from dataclasses import dataclass, field
+
+import torch
+
+# Rows written past a sequence's valid length (padding in a ragged batch) land in this many
+# spare positions at the end of the cache, never on another row's valid entries.
+PAD_ROOM = 24
+
+
+@dataclass
+class KVCache:
+    """Keys and values of every layer (plus the MTP block) for max_batch sequence slots."""
+
+    k: torch.Tensor  # [layers, max_batch, max_len + PAD_ROOM, n_kv_heads, head_dim]
+    v: torch.Tensor  # [layers, max_batch, max_len + PAD_ROOM, n_kv_heads, head_dim]
+    max_len: int  # longest valid sequence a slot may hold
+    lengths: list[int] = field(default_factory=list)  # tokens cached per slot (main model)
+    mtp_lengths: list[int] = field(default_factory=list)  # tokens cached per slot (MTP block)
+
+    @classmethod
+    def allocate(cls, n_layers: int, max_batch: int, max_len: int, n_kv_heads: int, head_dim: int,
+                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> "KVCache":
+        """A zeroed cache for max_batch slots of up to max_len tokens each."""
+        shape = (n_layers, max_batch, max_len + PAD_ROOM, n_kv_heads, head_dim)
+        return cls(
+            k=torch.zeros(shape, dtype=dtype, device=device),
+            v=torch.zeros(shape, dtype=dtype, device=device),
+            max_len=max_len,
+            lengths=[0] * max_batch,
+            mtp_lengths=[0] * max_batch,
+        )
+
+    @property
+    def max_batch(self) -> int:
+        return self.k.shape[1]
+
+    def room(self, slot: int) -> int:
+        """Positions still free in a slot."""
+        return self.max_len - self.lengths[slot]
+
+    def reset(self, slot: int) -> None:
+        """Free a slot: its old entries are masked out by length and overwritten by the next sequence."""
+        self.lengths[slot] = 0
+        self.mtp_lengths[slot] = 0
+
+    def rollback(self, slot: int, length: int) -> None:
+        """Drop every cached position at or beyond length (rejected drafts), main model and MTP."""
+        if not 0 <= length <= self.lengths[slot]:
+            raise ValueError(f"rollback of slot {slot} to {length}, but it holds {self.lengths[slot]}")
+        self.lengths[slot] = length
+        self.mtp_lengths[slot] = min(self.mtp_lengths[slot], length)
+
+    def write(self, layer: int, slots: torch.Tensor, pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store k, v ([B, T, n_kv_heads, head_dim]) of slots ([B]) at positions pos ([B, T])."""
+        pos = pos.clamp(max=self.k.shape[2] - 1)
+        rows = slots[:, None].expand_as(pos)
+        self.k[layer].index_put_((rows, pos), k)
+        self.v[layer].index_put_((rows, pos), v)
+
+    def read(self, layer: int, slots: torch.Tensor, upto: int, contiguous: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values [B, upto, n_kv_heads, head_dim] of slots; contiguous slots 0..B-1 are a view."""
+        if contiguous:
+            n = slots.shape[0]
+            return self.k[layer, :n, :upto], self.v[layer, :n, :upto]
+        return self.k[layer, slots, :upto], self.v[layer, slots, :upto]

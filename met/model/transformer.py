@@ -1,0 +1,209 @@
+"""The Llama-architecture transformer (HF LlamaForCausalLM-compatible weights) and its MTP module."""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from met.model.config import ModelConfig
+from met.model.kv_cache import PAD_ROOM, KVCache
+
+
+@dataclass
+class CacheContext:
+    """Where one cached forward reads and writes: built once per step, shared by every layer."""
+
+    cache: KVCache
+    slots: torch.Tensor  # [B] cache slot of each row
+    pos: torch.Tensor  # [B, T] absolute position of each token
+    upto: int  # keys read per slot: max(pos) + 1
+    contiguous: bool  # slots are exactly 0..B-1, so reads are views
+    mask: torch.Tensor  # [B, 1, T, upto] True where a query may attend
+
+    @classmethod
+    def build(cls, cache: KVCache, slots: list[int], pos: torch.Tensor) -> "CacheContext":
+        """Context for rows in slots whose tokens sit at positions pos ([B, T])."""
+        device = cache.k.device
+        upto = min(int(pos.max()) + 1, cache.k.shape[2])
+        keys = torch.arange(upto, device=device)
+        mask = (keys[None, None, :] <= pos[:, :, None])[:, None]  # causal over each row's own positions
+        contiguous = slots == list(range(len(slots)))
+        return cls(cache, torch.tensor(slots, device=device), pos, upto, contiguous, mask)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def rope_table(cfg: ModelConfig, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin tables [length, head_dim] in HF Llama's layout (frequencies repeated, rotate_half)."""
+    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float64) / cfg.head_dim))
+    freqs = torch.outer(torch.arange(length, dtype=torch.float64), inv_freq)
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos().float(), emb.sin().float()
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate x ([B, T, H, D]) by cos/sin ([B, T, 1, D])."""
+    return x * cos + _rotate_half(x) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.q_proj = nn.Linear(cfg.dim, cfg.n_heads * cfg.head_dim, bias=False)
+        self.k_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=False)
+        self.v_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=False)
+        self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
+
+    def forward(self, x, cos, sin, layer: int, ctx: CacheContext | None = None, prior=None):
+        """Attention over x ([B, T, dim]).
+
+        ctx set: write this step's keys into the cache, then attend over the slot's cached keys.
+        ctx None: causal self-attention over x (training). prior=(k, v) from a first MTP pass:
+        recursive MTP training, where position i attends to prior keys before i and to itself.
+        Returns (output, (k, v)) with k, v: [B, T, n_kv_heads, head_dim] after RoPE.
+        """
+        B, T, _ = x.shape
+        q = apply_rope(self.q_proj(x).view(B, T, self.n_heads, self.head_dim), cos, sin)
+        k = apply_rope(self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim), cos, sin)
+        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
+        gqa = self.n_heads != self.n_kv_heads
+        if ctx is not None:
+            ctx.cache.write(layer, ctx.slots, ctx.pos, k, v)
+            keys, values = ctx.cache.read(layer, ctx.slots, ctx.upto, ctx.contiguous)
+            out = F.scaled_dot_product_attention(
+                q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), attn_mask=ctx.mask, enable_gqa=gqa
+            )
+        elif prior is not None:
+            pk, pv = prior
+            before = torch.ones(T, T, dtype=torch.bool, device=x.device).tril(-1)
+            itself = torch.eye(T, dtype=torch.bool, device=x.device)
+            mask = torch.cat([before, itself], dim=1)  # [T, 2T]
+            out = F.scaled_dot_product_attention(
+                q.transpose(1, 2), torch.cat([pk, k], 1).transpose(1, 2), torch.cat([pv, v], 1).transpose(1, 2),
+                attn_mask=mask, enable_gqa=gqa,
+            )
+        else:
+            out = F.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True, enable_gqa=gqa
+            )
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1)), (k, v)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
+        self.up_proj = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
+        self.down_proj = nn.Linear(cfg.ffn_dim, cfg.dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, index: int):
+        super().__init__()
+        self.index = index  # this layer's slot in the KV cache
+        self.input_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin, ctx=None, prior=None):
+        a, kv = self.self_attn(self.input_layernorm(x), cos, sin, self.index, ctx, prior)
+        x = x + a
+        return x + self.mlp(self.post_attention_layernorm(x)), kv
+
+
+class _Body(nn.Module):
+    """HF's `model.` prefix: embeddings, decoder layers, final norm."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+
+
+class MTP(nn.Module):
+    """DeepSeek-V3-style multi-token prediction: (hidden at i, embedding of token i+1) -> token i+2."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.hnorm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.enorm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.eh_proj = nn.Linear(2 * cfg.dim, cfg.dim, bias=False)
+        self.block = DecoderLayer(cfg, cfg.n_layers)  # cached after the main layers
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+
+
+class Transformer(nn.Module):
+    """Byte-level Llama decoder; state-dict names match HF LlamaForCausalLM plus `mtp.*`."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.model = _Body(cfg)
+        self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        self.mtp = MTP(cfg) if cfg.mtp_depth > 0 else None
+        cos, sin = rope_table(cfg, cfg.max_seq_len + PAD_ROOM)
+        self.register_buffer("rope_cos", cos, persistent=False)  # [max_len + PAD_ROOM, head_dim]
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    def _rope(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        dtype = self.lm_head.weight.dtype
+        return self.rope_cos[pos][:, :, None].to(dtype), self.rope_sin[pos][:, :, None].to(dtype)  # [B, T, 1, D]
+
+    def _positions(self, tokens: torch.Tensor, ctx: CacheContext | None) -> torch.Tensor:
+        if ctx is not None:
+            return ctx.pos
+        return torch.arange(tokens.shape[1], device=tokens.device).expand(tokens.shape[0], -1)
+
+    def hidden(self, tokens: torch.Tensor, ctx: CacheContext | None = None) -> torch.Tensor:
+        """Last-layer hidden states [B, T, dim] (before the final norm) of tokens [B, T]."""
+        cos, sin = self._rope(self._positions(tokens, ctx))
+        x = self.model.embed_tokens(tokens)
+        for layer in self.model.layers:
+            x, _ = layer(x, cos, sin, ctx)
+        return x
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Next-token logits [..., vocab] from main-model hidden states."""
+        return self.lm_head(self.model.norm(hidden))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits [B, T, vocab] of a causal pass without cache (training, reference checks)."""
+        return self.logits(self.hidden(tokens))
+
+    def mtp_hidden(self, hidden: torch.Tensor, next_tokens: torch.Tensor, ctx: CacheContext | None = None,
+                   pos: torch.Tensor | None = None, prior=None):
+        """One MTP pass: hidden [B, T, dim] at positions i and tokens i+1 [B, T] -> (MTP hidden, its (k, v))."""
+        if pos is None:
+            pos = self._positions(next_tokens, ctx)
+        cos, sin = self._rope(pos)
+        m = self.mtp
+        x = m.eh_proj(torch.cat([m.hnorm(hidden), m.enorm(self.model.embed_tokens(next_tokens))], dim=-1))
+        return m.block(x, cos, sin, ctx, prior)
+
+    def mtp_logits(self, mtp_hidden: torch.Tensor) -> torch.Tensor:
+        """Draft logits [..., vocab] from MTP hidden states (the head is shared with the main model)."""
+        return self.lm_head(self.mtp.norm(mtp_hidden))
+
+    def num_parameters(self, include_mtp: bool = True) -> int:
+        """Parameter count, with or without the MTP module."""
+        return sum(p.numel() for n, p in self.named_parameters() if include_mtp or not n.startswith("mtp."))
