@@ -82,7 +82,7 @@ class DflashRung:
         gamma = self.params.single_levels[self.level] if width == 1 else gamma_for_width(width, self.params)
         return min(gamma, max_gamma)
 
-    def observe(self, width: int, first_accepted: int, sequences: int) -> None:
+    def observe(self, width: int, sequences: int, first_accepted: int) -> None:
         """Fold in a step's first-draft acceptance; only single-stream steps (width 1) move the level."""
         if not 0 <= first_accepted <= sequences:
             raise ValueError(f"first_accepted={first_accepted} must be in 0..={sequences}")

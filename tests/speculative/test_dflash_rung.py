@@ -37,18 +37,18 @@ def test_single_stream_starts_at_the_top_and_caps_at_the_block() -> None:
 def test_single_stream_follows_acceptance() -> None:
     # low acceptance moves a single stream down to 8, high acceptance back up to 16
     rung = DflashRung(DflashParams(alpha=1.0))
-    rung.observe(1, 3, 10)
+    rung.observe(1, 10, 3)
     assert rung.gamma_for(1) == 8
-    rung.observe(1, 6, 10)
+    rung.observe(1, 10, 6)
     assert rung.gamma_for(1) == 12
-    rung.observe(1, 9, 10)
+    rung.observe(1, 10, 9)
     assert rung.gamma_for(1) == 16
 
 
 def test_ewma_seeded_with_first_sample() -> None:
     # first observation sets p1 outright; the next moves it by alpha
     rung = DflashRung()
-    rung.observe(1, 5, 10)
+    rung.observe(1, 10, 5)
     assert rung.p1 == pytest.approx(0.5)
     rung.observe(1, 10, 10)
     assert rung.p1 == pytest.approx(0.5 + P.alpha * 0.5)
@@ -92,7 +92,7 @@ observations = st.lists(st.tuples(st.integers(1, 4), st.integers(0, 20), st.inte
 
 def apply(rung: DflashRung, obs: list[tuple[int, int, int]]) -> None:
     for width, a, b in obs:
-        rung.observe(width, min(a, b), max(a, b))
+        rung.observe(width, max(a, b), min(a, b))
 
 
 @given(observations, st.integers(1, 64), st.integers(1, MAX_GAMMA))
@@ -111,7 +111,7 @@ def test_wide_steps_neither_use_nor_move_the_ewma(obs: list, width: int, a: int,
     rung = DflashRung()
     apply(rung, obs)
     before = copy.copy(rung)
-    rung.observe(width, a, a + extra)
+    rung.observe(width, a + extra, a)
     assert rung == before
     assert rung.gamma_for(width) == DflashRung().gamma_for(width)
 
