@@ -1,0 +1,19 @@
+"""The exit statuses met's commands end with (the BSD sysexits.h values, so scripts can tell them apart)."""
+
+EX_OK = 0
+"""Success: the command did what it was asked."""
+
+EX_DATAERR = 65
+"""The input was read but is invalid: a malformed table or calibration."""
+
+EX_NOINPUT = 66
+"""An input file does not exist or cannot be read."""
+
+EX_UNAVAILABLE = 69
+"""A service the command was asked to use is unavailable (an energy source that does not work here)."""
+
+EX_TEMPFAIL = 75
+"""Temporary failure, try again later: another run holds the lock."""
+
+EX_CONFIG = 78
+"""A configuration mismatch: a table or calibration measured under another key than this box's."""

@@ -1,0 +1,181 @@
+"""Field checks shared by the tables, keys and calibrations: types, ranges, and the TOML shape."""
+
+import datetime as dt
+import difflib
+import json
+import math
+import re
+import tomllib
+
+import tomli_w
+from collections.abc import Mapping
+
+from met.speculative.spec_cost.errors import TableParseError
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def name(key: object) -> str:
+    """A TOML key as a path segment: bare when it can be, else quoted (so a path stays one line)."""
+    text = str(key)
+    return text if _BARE_KEY.fullmatch(text) else json.dumps(text)
+
+
+def whole(value: object, field: str, lo: int, hi: int) -> int:
+    """`value` as an int in lo..=hi (a bool is not a number, though Python says it is an int)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TableParseError(field, value, "is not a whole number")
+    if not lo <= value <= hi:
+        raise TableParseError(field, value, f"is out of range (expected {lo}..={hi})")
+    return value
+
+
+def number(value: object, field: str) -> float:
+    """`value` as a finite float; ints are accepted (TOML writes `1` for one second)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TableParseError(field, value, "is not a number")
+    try:
+        result = float(value)
+    except OverflowError:
+        result = math.inf
+    if not math.isfinite(result):
+        raise TableParseError(field, value, "is not a finite number")
+    return result
+
+
+def cost(value: object, field: str, *, zero: bool = False) -> float:
+    """A measured cost: finite and positive, or exactly 0 where `zero` (no drafts at k = 0)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TableParseError(field, value, "is not a number")
+    try:
+        result = float(value)
+    except OverflowError:
+        result = math.inf
+    if zero:
+        if result != 0.0:
+            raise TableParseError(field, value, "must be 0 at k = 0 (a plain decode step drafts nothing)")
+        return 0.0
+    if not (math.isfinite(result) and result > 0.0):
+        raise TableParseError(field, value, "is not a finite positive cost")
+    return result
+
+
+def spread(value: object, field: str) -> float | None:
+    """An optional spread of repeated measurements: None, or finite and >= 0."""
+    if value is None:
+        return None
+    result = number(value, field)
+    if result < 0.0:
+        raise TableParseError(field, value, "is not a spread (finite and >= 0)")
+    return result
+
+
+def probability(value: object, field: str) -> float:
+    """A probability in [0, 1]."""
+    result = number(value, field)
+    if not 0.0 <= result <= 1.0:
+        raise TableParseError(field, value, "is not a probability in [0, 1]")
+    return result
+
+
+def text(value: object, field: str) -> str:
+    """A non-empty, single-line string."""
+    if not isinstance(value, str):
+        raise TableParseError(field, value, "is not a string")
+    if not value.strip() or "\n" in value or "\r" in value:
+        raise TableParseError(field, value, "must be a non-empty single-line string")
+    return value
+
+
+def load(text_: object) -> dict:
+    """Parse TOML text; any failure is a TableParseError naming where TOML stopped."""
+    if not isinstance(text_, str):
+        raise TableParseError("", text_, "is not text (expected the TOML file's contents as a str)")
+    try:
+        return tomllib.loads(text_)
+    # tomllib raises TOMLDecodeError, but also ValueError (an integer of > 4300 digits) and
+    # RecursionError (deeply nested arrays); a parse must only ever refuse with our error.
+    except Exception as exc:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise TableParseError("", None, f"not valid TOML: {reason}", show_value=False) from None
+
+
+def shape(doc: Mapping, path: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> None:
+    """Refuse a table with a field it should not have (suggesting the near miss) or missing one it needs."""
+    allowed = required + optional
+    for key in doc:
+        if key not in allowed:
+            near = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f"did you mean {near[0]}?" if near else f"expected {', '.join(allowed)}"
+            raise TableParseError(join(path, name(key)), None, f"unknown field ({hint})", show_value=False)
+    for key in required:
+        if key not in doc:
+            raise TableParseError(join(path, key), None, f"is missing (needs {', '.join(required)})", show_value=False)
+
+
+def table(doc: Mapping, key: str, path: str) -> dict:
+    """The sub-table `doc[key]`, which must be a TOML table."""
+    value = doc[key]
+    if not isinstance(value, dict):
+        raise TableParseError(join(path, key), value, "is not a table")
+    return value
+
+
+def tables(doc: Mapping, key: str, path: str) -> list[dict]:
+    """The array of tables `doc[key]` (`[[key]]` in the file)."""
+    value = doc[key]
+    if not isinstance(value, list):
+        raise TableParseError(join(path, key), value, f"is not an array of tables ([[{key}]])")
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise TableParseError(f"{join(path, key)}[{i}]", item, "is not a table")
+    return value
+
+
+def schema(doc: Mapping, supported: int) -> int:
+    """The document's schema version, which must be the one this code reads."""
+    if "schema" not in doc:
+        raise TableParseError("schema", None, f"is missing (this met reads schema = {supported})", show_value=False)
+    version = doc["schema"]
+    if isinstance(version, bool) or not isinstance(version, int) or version != supported:
+        raise TableParseError("schema", version, f"is not a supported schema version (this met reads {supported})")
+    return version
+
+
+def meta(value: object, field: str = "meta") -> dict:
+    """The free [meta] table: strings, finite numbers, booleans, dates, or arrays of them."""
+    if not isinstance(value, Mapping):
+        raise TableParseError(field, value, "is not a table")
+    result = {}
+    for key, item in value.items():
+        path = join(field, name(key))
+        if not isinstance(key, str):
+            raise TableParseError(path, key, "is not a string key")
+        for part in item if isinstance(item, list) else [item]:
+            _meta_scalar(part, path)
+        result[key] = list(item) if isinstance(item, list) else item
+    return result
+
+
+def _meta_scalar(value: object, path: str) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise TableParseError(path, value, "is not a finite number")
+    if not isinstance(value, str | int | float | bool | dt.date | dt.time):
+        raise TableParseError(path, value, "is not a string, number, boolean or date")
+
+
+def join(path: str, key: str) -> str:
+    """`path.key`, or `key` at the top level."""
+    return f"{path}.{key}" if path else key
+
+
+def dump(doc: Mapping, arrays: Mapping[str, list[dict]]) -> str:
+    """TOML text: `doc` by tomli-w, then each array of tables written as `[[name]]` blocks.
+
+    tomli-w writes short arrays of tables inline; the documented format (and a reviewer reading
+    a diff) wants one `[[cells]]` block per entry, the same whatever the entries' length.
+    """
+    parts = [tomli_w.dumps(doc)]
+    for key, items in arrays.items():
+        parts += [f"\n[[{key}]]\n{tomli_w.dumps(item)}" for item in items]
+    return "".join(parts)

@@ -1,0 +1,105 @@
+"""The measured planner: draft depth by expected emitted tokens per joule, with tokens/s as a constraint.
+
+Pure and deterministic: the result depends only on the table, the calibration, the width and
+the drafters' confidences; no clock is read. It decides how many drafts are proposed and
+verified, never which token is emitted.
+
+Worked example (one sequence, no confidences, every prior 0.5): at k = 2 the expected emitted
+tokens are 1 + (0.5 + 0.5 * 0.5) = 1.75; with verify 10 ms + draft 2 ms that is 145.8 tok/s.
+"""
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from met.speculative.spec_cost.calibration import AcceptanceCalibration
+from met.speculative.spec_cost.table import CostTable
+
+
+@dataclass(frozen=True, slots=True)
+class DepthEstimate:
+    """What one step at depth k is expected to deliver at a width (tokens count every sequence, bonus included)."""
+
+    k: int
+    expected_tokens: float
+    wall_s: float
+    energy_j: float | None
+    tokens_per_s: float
+    tokens_per_j: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class PlanDecision:
+    """The planner's choice of depth k, the figures it was chosen on, and a short reason."""
+
+    k: int
+    expected_tokens: float
+    wall_s: float
+    energy_j: float | None
+    tokens_per_s: float
+    tokens_per_j: float | None
+    why: str
+
+
+def estimate_depths(table: CostTable, calibration: AcceptanceCalibration, width: int,
+                    confidences: Sequence[Sequence[float | None]] | None,
+                    kmax: int | None = None) -> list[DepthEstimate]:
+    """The expected tokens, wall, energy and their rates of each depth 0..=kmax at this width.
+
+    `confidences[i]` are sequence i's drafts' top-1 log-probs in chain order; drafts past the
+    end of its list (or all, when `confidences` is None) use the calibration's position priors.
+    """
+    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+        raise ValueError(f"width {width!r} is not a positive whole number")
+    if confidences is not None and len(confidences) != width:
+        raise ValueError(f"{len(confidences)} sequences of confidences for a step of width {width}")
+    deepest = table.kmax if kmax is None else min(kmax, table.kmax)
+    if deepest < 0:
+        raise ValueError(f"kmax {kmax} is negative")
+    chains = [list(c) for c in confidences] if confidences is not None else [[] for _ in range(width)]
+    estimates = []
+    for k in range(deepest + 1):
+        # Each sequence emits its accepted drafts plus the one bonus token; k = 0 emits exactly 1.
+        tokens = sum(1.0 + calibration.expected_accepted((c[:k] + [None] * k)[:k]) for c in chains)
+        cell = table.cell(width, k)
+        wall, energy = cell.wall_s, cell.energy_j
+        estimates.append(DepthEstimate(k, tokens, wall, energy, tokens / wall,
+                                       None if energy is None else tokens / energy))
+    return estimates
+
+
+def choose(estimates: Sequence[DepthEstimate], slack: float) -> PlanDecision:
+    """The most tokens per joule among depths within `slack` of the best tokens/s (tokens/s alone without joules).
+
+    Comparisons are exact on floats (no tolerance): depths are visited in rising k and a later
+    one replaces the choice only when strictly better, so ties go to the smaller depth.
+    """
+    if not (isinstance(slack, int | float) and math.isfinite(slack) and 0.0 <= slack < 1.0):
+        raise ValueError(f"slack {slack!r} is not in [0, 1)")
+    fastest = estimates[0]
+    for e in estimates[1:]:
+        if e.tokens_per_s > fastest.tokens_per_s:
+            fastest = e
+    if fastest.tokens_per_j is None:
+        why = f"k={fastest.k}: the most tokens/s ({fastest.tokens_per_s:.4g}); no energy source, so tokens/s alone"
+        return _decision(fastest, why)
+    floor = (1.0 - slack) * fastest.tokens_per_s
+    chosen = fastest
+    for e in estimates:  # rising k: the first of equals wins
+        if e.tokens_per_s >= floor and (e.tokens_per_j > chosen.tokens_per_j
+                                        or (e.tokens_per_j == chosen.tokens_per_j and e.k < chosen.k)):
+            chosen = e
+    why = (f"k={chosen.k}: the most tokens/J ({chosen.tokens_per_j:.4g}) at >= {floor:.4g} tok/s "
+           f"(best {fastest.tokens_per_s:.4g} at k={fastest.k}, slack {slack:g})")
+    return _decision(chosen, why)
+
+
+def plan_depth(table: CostTable, calibration: AcceptanceCalibration, width: int,
+               confidences: Sequence[Sequence[float | None]] | None, slack: float,
+               kmax: int | None = None) -> PlanDecision:
+    """The draft depth for a step of `width` sequences (kmax caps the table's deepest depth)."""
+    return choose(estimate_depths(table, calibration, width, confidences, kmax), slack)
+
+
+def _decision(e: DepthEstimate, why: str) -> PlanDecision:
+    return PlanDecision(e.k, e.expected_tokens, e.wall_s, e.energy_j, e.tokens_per_s, e.tokens_per_j, why)

@@ -1,0 +1,40 @@
+"""--spec-cost-model measured's resolved state: a table and calibration that matched the serve's keys."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from met.speculative.spec_cost.calibration import AcceptanceCalibration
+from met.speculative.spec_cost.errors import KeyMismatchError
+from met.speculative.spec_cost.keys import DrafterKey, DrafterMismatch, TableKey
+from met.speculative.spec_cost.plan import PlanDecision, plan_depth
+from met.speculative.spec_cost.table import CostTable
+
+
+@dataclass(frozen=True, slots=True)
+class SpecCostState:
+    """The table, the drafter's calibration and --spec-cost-slack, as the serve checked them at boot.
+
+    Building one runs the key checks: it raises KeyMismatchError (listing every mismatch) unless
+    `table.key.check(serve_key)` is empty and the calibration's drafter is `serve_drafter`, so a
+    state cannot exist for a table or calibration measured under another key.
+    """
+
+    table: CostTable
+    calibration: AcceptanceCalibration
+    slack: float
+    serve_key: TableKey
+    serve_drafter: DrafterKey
+
+    def __post_init__(self) -> None:
+        mismatches = self.table.key.check(self.serve_key)
+        if self.calibration.drafter != self.serve_drafter:
+            mismatches.append(DrafterMismatch("drafter", self.calibration.drafter, self.serve_drafter))
+        if mismatches:
+            raise KeyMismatchError(mismatches)
+        if not (isinstance(self.slack, int | float) and 0.0 <= self.slack < 1.0):
+            raise ValueError(f"--spec-cost-slack {self.slack!r} is not in [0, 1)")
+
+    def plan(self, width: int, confidences: Sequence[Sequence[float | None]] | None = None,
+             kmax: int | None = None) -> PlanDecision:
+        """The draft depth for a step of `width` sequences, at this state's slack."""
+        return plan_depth(self.table, self.calibration, width, confidences, self.slack, kmax)

@@ -1,0 +1,177 @@
+"""The measured cost table: one Cell per (width, depth), validated, interpolated in width."""
+
+from bisect import bisect_left
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Self
+
+from met.speculative.spec_cost import fields
+from met.speculative.spec_cost.errors import TableParseError
+from met.speculative.spec_cost.keys import SCHEMA, TableKey
+
+MAX_WIDTH = 1 << 16  # sequences in one step; far above any batch a box serves
+MAX_DEPTH = 64  # drafts per sequence; far above any depth worth verifying
+
+_CELL_REQUIRED = ("n", "k", "verify_s", "draft_s")
+_CELL_OPTIONAL = ("verify_j", "draft_j", "verify_s_spread", "draft_s_spread", "verify_j_spread", "draft_j_spread")
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One measured cell: n sequences, k drafts each (k = 0 is a plain decode step).
+
+    Seconds are wall time of one step; joules are the energy of one step (None when the table
+    was measured with energy_source "none"). draft_* are 0 at k = 0 and positive otherwise.
+    A *_spread is the spread of the repeated measurements in the same unit (optional).
+    """
+
+    n: int
+    k: int
+    verify_s: float
+    draft_s: float
+    verify_j: float | None = None
+    draft_j: float | None = None
+    verify_s_spread: float | None = None
+    draft_s_spread: float | None = None
+    verify_j_spread: float | None = None
+    draft_j_spread: float | None = None
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        fields.whole(self.n, "n", 1, MAX_WIDTH)
+        fields.whole(self.k, "k", 0, MAX_DEPTH)
+        set_(self, "verify_s", fields.cost(self.verify_s, "verify_s"))
+        set_(self, "draft_s", fields.cost(self.draft_s, "draft_s", zero=self.k == 0))
+        if (self.verify_j is None) != (self.draft_j is None):
+            absent = "verify_j" if self.verify_j is None else "draft_j"
+            raise TableParseError(absent, None, "is missing (a cell has both verify_j and draft_j, or neither)",
+                                  show_value=False)
+        if self.verify_j is not None:
+            set_(self, "verify_j", fields.cost(self.verify_j, "verify_j"))
+            set_(self, "draft_j", fields.cost(self.draft_j, "draft_j", zero=self.k == 0))
+        for attr in _CELL_OPTIONAL[2:]:
+            set_(self, attr, fields.spread(getattr(self, attr), attr))
+            if attr.endswith("_j_spread") and getattr(self, attr) is not None and self.verify_j is None:
+                raise TableParseError(attr, getattr(self, attr), "is given for a cell without joules")
+
+    @property
+    def wall_s(self) -> float:
+        """Wall seconds of the whole step: verify + draft."""
+        return self.verify_s + self.draft_s
+
+    @property
+    def energy_j(self) -> float | None:
+        """Joules of the whole step: verify + draft (None without an energy source)."""
+        return None if self.verify_j is None else self.verify_j + self.draft_j
+
+    def to_dict(self) -> dict:
+        """The [[cells]] entry as tomli-w writes it: absent fields are left out, not written empty."""
+        names = _CELL_REQUIRED + _CELL_OPTIONAL
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class CostTable:
+    """A parsed, validated cost table: its key, a cell at every depth 0..=kmax of every width, and [meta]."""
+
+    key: TableKey
+    cells: tuple[Cell, ...] | Iterable[Cell]
+    meta: Mapping[str, object] = field(default_factory=dict)
+    _index: dict[tuple[int, int], Cell] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.key, TableKey):
+            raise TableParseError("key", self.key, "is not a TableKey")
+        cells = list(self.cells)
+        if not cells:
+            raise TableParseError("cells", None, "is empty (a table has at least one width)", show_value=False)
+        index: dict[tuple[int, int], int] = {}
+        for i, cell in enumerate(cells):
+            if not isinstance(cell, Cell):
+                raise TableParseError(f"cells[{i}]", cell, "is not a Cell")
+            _check_energy(cell, i, self.key.energy_source)
+            if (cell.n, cell.k) in index:
+                raise TableParseError(f"cells[{i}]", None, f"duplicates the cell n={cell.n} k={cell.k} at "
+                                      f"cells[{index[cell.n, cell.k]}]", show_value=False)
+            index[cell.n, cell.k] = i
+        kmax = max(k for _, k in index)
+        for n in sorted({n for n, _ in index}):
+            for k in range(kmax + 1):
+                if (n, k) not in index:
+                    raise TableParseError("cells", None, f"width n={n} has no cell at k={k} (every width needs "
+                                          f"a cell at each depth 0..={kmax})", show_value=False)
+        object.__setattr__(self, "cells", tuple(sorted(cells, key=lambda c: (c.n, c.k))))
+        object.__setattr__(self, "meta", MappingProxyType(fields.meta(self.meta)))
+        object.__setattr__(self, "_index", {(c.n, c.k): c for c in self.cells})
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        """The measured widths, ascending."""
+        return tuple(sorted({c.n for c in self.cells}))
+
+    @property
+    def kmax(self) -> int:
+        """The deepest measured depth (every width has cells 0..=kmax)."""
+        return max(c.k for c in self.cells)
+
+    @property
+    def has_energy(self) -> bool:
+        """Whether the cells carry joules (energy_source is not "none")."""
+        return self.key.energy_source != "none"
+
+    def cell(self, n: int, k: int) -> Cell:
+        """The cost at width n, depth k: linear in width between measured widths, the nearest outside.
+
+        The returned cell's n is the width asked for; an interpolated cell has no spreads.
+        Example: widths 1 and 5 with verify_s 1.0 and 3.0 give verify_s 1.5 at n = 2.
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"width {n!r} is not a positive whole number")
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= self.kmax:
+            raise ValueError(f"depth {k!r} is outside the table's 0..={self.kmax}")
+        widths = self.widths
+        i = bisect_left(widths, n)
+        if i < len(widths) and widths[i] == n:
+            return self._index[n, k]
+        if i == 0 or i == len(widths):
+            return replace(self._index[widths[0 if i == 0 else -1], k], n=n)
+        lo, hi = self._index[widths[i - 1], k], self._index[widths[i], k]
+
+        def lerp(attr: str) -> float | None:
+            a, b = getattr(lo, attr), getattr(hi, attr)
+            # Weighted form: exact at the ends, and positive whenever both ends are.
+            return None if a is None else (a * (hi.n - n) + b * (n - lo.n)) / (hi.n - lo.n)
+
+        return Cell(n, k, lerp("verify_s"), lerp("draft_s"), lerp("verify_j"), lerp("draft_j"))
+
+    def to_toml(self) -> str:
+        """The table as TOML text; parse(to_toml()) gives back an equal table."""
+        doc = {"schema": self.key.schema, "key": self.key.to_dict(), "meta": dict(self.meta)}
+        return fields.dump(doc, {"cells": [c.to_dict() for c in self.cells]})
+
+    @classmethod
+    def parse(cls, text: str) -> Self:
+        """Parse and validate a table's TOML text; raises only TableParseError, whatever the text."""
+        doc = fields.load(text)
+        if "schema" in doc:  # first: a file of another schema may have any fields
+            fields.schema(doc, SCHEMA)
+        fields.shape(doc, "", ("schema", "key", "cells"), ("meta",))
+        key = TableKey.from_dict(fields.table(doc, "key", ""), doc["schema"])
+        cells = []
+        for i, raw in enumerate(fields.tables(doc, "cells", "")):
+            try:
+                fields.shape(raw, "", _CELL_REQUIRED, _CELL_OPTIONAL)
+                cells.append(Cell(**raw))
+            except TableParseError as exc:
+                raise exc.within(f"cells[{i}]") from None
+        return cls(key, cells, doc.get("meta", {}))
+
+
+def _check_energy(cell: Cell, i: int, source: str) -> None:
+    if source == "none" and cell.verify_j is not None:
+        raise TableParseError(f"cells[{i}].verify_j", cell.verify_j,
+                              "is given but key.energy_source is \"none\" (a table measured without a meter has no joules)")
+    if source != "none" and cell.verify_j is None:
+        raise TableParseError(f"cells[{i}].verify_j", None, f"is missing (key.energy_source is \"{source}\", "
+                              "so every cell has verify_j and draft_j)", show_value=False)

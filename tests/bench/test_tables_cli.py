@@ -1,0 +1,204 @@
+"""`met tables check` and `met tables show` through CliRunner: exit codes and one-line messages."""
+
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+from met.bench.tables_cli import tables_app
+from met.exit_codes import EX_DATAERR, EX_NOINPUT, EX_OK
+from met.speculative.spec_cost import AcceptanceCalibration, CostTable, DrafterKey
+
+runner = CliRunner()
+
+
+def tables(*args: str):
+    """Run `met tables ARGS` (the sub-app alone: it needs no torch, which `met.cli` imports)."""
+    return runner.invoke(tables_app, list(args))
+
+# A table as a user would write it by hand: two widths, depths 0..=1.
+TABLE = """\
+schema = 1
+
+[key]
+box_class = "nvidia-h200x1"
+recipe = "met-tiny-py@0123abcd"
+energy_source = "nvml"
+
+[key.plan_digests]
+decode = "aa11"
+verify = "bb22"
+draft_mtp = "cc33"
+
+[meta]
+when = "2026-10-04T12:00:00Z"
+repeats = 5
+
+[[cells]]
+n = 1
+k = 0
+verify_s = 0.0071
+draft_s = 0.0
+verify_j = 1.9
+draft_j = 0.0
+
+[[cells]]
+n = 1
+k = 1
+verify_s = 0.0074
+draft_s = 0.0012
+verify_j = 2.0
+draft_j = 0.3
+
+[[cells]]
+n = 8
+k = 0
+verify_s = 0.0090
+draft_s = 0.0
+verify_j = 2.6
+draft_j = 0.0
+
+[[cells]]
+n = 8
+k = 1
+verify_s = 0.0110
+draft_s = 0.0015
+verify_j = 3.0
+draft_j = 0.4
+"""
+
+
+def write(tmp_path, text: str, name: str = "table.toml"):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def mistype(old: str, new: str) -> str:
+    """TABLE with one of a user's mistakes in it (the first occurrence of `old`)."""
+    assert old in TABLE
+    return TABLE.replace(old, new, 1)
+
+
+def check(path) -> tuple[int, str, str]:
+    result = tables("check", str(path))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_check_accepts_a_valid_table(tmp_path):
+    code, out, err = check(write(tmp_path, TABLE))
+    assert code == EX_OK and err == ""
+    assert "valid cost table" in out and "widths 1, 8 at depths 0..=1 (4 cells)" in out
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # a cost in quotes
+        (mistype("verify_s = 0.0074", 'verify_s = "0.0074"'), "cells[1].verify_s: '0.0074' is not a number"),
+        # a negative cost
+        (mistype("verify_s = 0.0090", "verify_s = -0.2"), "cells[2].verify_s: -0.2 is not a finite positive cost"),
+        # a zero cost where a draft was made
+        (mistype("draft_s = 0.0015", "draft_s = 0"), "cells[3].draft_s: 0 is not a finite positive cost"),
+        # the last depth of width 8 forgotten
+        (TABLE[: TABLE.rindex("[[cells]]")], "cells: width n=8 has no cell at k=1"),
+        # a typo'd field name
+        (mistype("verify_s = 0.0071", "verfy_s = 0.0071"), "cells[0].verfy_s: unknown field (did you mean verify_s?)"),
+        # the [key] header left out, so its fields land at the top level
+        (mistype("[key]\n", ""), "box_class: unknown field"),
+        # [key] missing altogether
+        (TABLE[: TABLE.index("[key]")] + TABLE[TABLE.index("[meta]"):], "key: is missing"),
+        # a cell copied and not edited
+        (TABLE + TABLE[TABLE.rindex("[[cells]]"):], "cells[4]: duplicates the cell n=8 k=1 at cells[3]"),
+        # joules left out of one cell of a metered table
+        (mistype("verify_j = 2.6\n", ""), "cells[2].verify_j: is missing (a cell has both verify_j and draft_j"),
+        # a width written as a float
+        (mistype("n = 8", "n = 8.0"), "cells[2].n: 8.0 is not a whole number"),
+        # the schema from a future met
+        (mistype("schema = 1", "schema = 2"), "schema: 2 is not a supported schema version"),
+        # a value with no closing quote
+        (mistype('"aa11"', '"aa11'), "not valid TOML"),
+    ],
+    ids=["string-cost", "negative-cost", "zero-draft", "missing-depth", "typo", "no-key-header", "no-key",
+         "duplicate", "missing-joules", "float-width", "future-schema", "bad-toml"],
+)
+def test_check_refuses_a_mistyped_table_in_one_line(tmp_path, text, message):
+    path = write(tmp_path, text)
+    code, out, err = check(path)
+    assert code == EX_DATAERR
+    assert out == ""
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"{path}: {message}")
+
+
+def test_check_refuses_text_that_is_not_utf8(tmp_path):
+    path = tmp_path / "latin1.toml"
+    data = TABLE.replace("met-tiny-py", "mét").encode("latin-1")  # a Latin-1 editor's é is byte 0xe9
+    path.write_bytes(data)
+    code, _, err = check(path)
+    assert code == EX_DATAERR and err == f"{path}: not UTF-8 text (byte 0xe9 at offset {data.index(0xE9)})\n"
+
+
+def test_check_says_66_when_there_is_nothing_to_read(tmp_path):
+    code, _, err = check(tmp_path / "nope.toml")
+    assert code == EX_NOINPUT and err == f"{tmp_path / 'nope.toml'}: no such file\n"
+    code, _, err = check(tmp_path)
+    assert code == EX_NOINPUT and "is a directory" in err
+
+
+def calibration_text() -> str:
+    rows = [(math.log(0.9), i < 90, 1) for i in range(100)] + [(None, i < 50, 2) for i in range(100)]
+    return AcceptanceCalibration.fit(rows, DrafterKey("mtp", "met-tiny-py-mtp", "0123abcd")).to_toml()
+
+
+def test_check_accepts_a_calibration(tmp_path):
+    code, out, _ = check(write(tmp_path, calibration_text(), "cal.toml"))
+    assert code == EX_OK
+    assert "valid calibration for drafter mtp 'met-tiny-py-mtp'" in out and "200 outcomes" in out
+
+
+def test_check_refuses_a_bad_calibration(tmp_path):
+    text = calibration_text().replace("outcomes = 100\n", "outcomes = 40\n", 1)
+    code, _, err = check(write(tmp_path, text, "cal.toml"))
+    assert code == EX_DATAERR and "bins[0].outcomes: 40 is out of range (expected 100..=" in err
+
+
+def test_show_prints_each_width(tmp_path):
+    result = tables("show", str(write(tmp_path, TABLE)))
+    assert result.exit_code == EX_OK
+    assert "width n = 1" in result.stdout and "width n = 8" in result.stdout
+    assert "7.1" in result.stdout and "verify J" in result.stdout  # 0.0071 s shown as 7.1 ms
+    assert "◀" not in result.stdout  # no calibration, no plan
+
+
+def test_show_with_a_calibration_marks_the_plan(tmp_path):
+    # At width 1, k = 1 emits 1 + 0.9 = 1.9 tokens in 8.6 ms (220.9 tok/s) vs 1 in 7.1 ms (140.8):
+    # k = 1 is faster and, at 1.9 / 2.3 J = 0.826 tok/J vs 0.526, more frugal too.
+    table, cal = write(tmp_path, TABLE), write(tmp_path, calibration_text(), "cal.toml")
+    result = tables("show", str(table), "--calibration", str(cal))
+    assert result.exit_code == EX_OK
+    assert "220.9" in result.stdout and "0.8261" in result.stdout
+    assert result.stdout.count("◀") == 2  # one choice per width
+
+
+def test_show_refuses_files_in_the_wrong_place(tmp_path):
+    table, cal = write(tmp_path, TABLE), write(tmp_path, calibration_text(), "cal.toml")
+    result = tables("show", str(cal))
+    assert result.exit_code == EX_DATAERR and "is a calibration, not a cost table" in result.stderr
+    result = tables("show", str(table), "--calibration", str(table))
+    assert result.exit_code == EX_DATAERR and "is a cost table, not a calibration" in result.stderr
+    result = tables("show", str(tmp_path / "nope.toml"))
+    assert result.exit_code == EX_NOINPUT
+
+
+def test_check_reads_what_the_library_writes(tmp_path):
+    # to_toml output is a valid file for the CLI, byte for byte what parse gives back.
+    text = CostTable.parse(TABLE).to_toml()
+    assert check(write(tmp_path, text))[0] == EX_OK
+
+
+def test_met_tables_is_wired_into_met(tmp_path):
+    from met.cli import app
+
+    result = runner.invoke(app, ["tables", "check", str(write(tmp_path, TABLE))])
+    assert result.exit_code == EX_OK and "valid cost table" in result.stdout

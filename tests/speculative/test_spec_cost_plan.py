@@ -1,0 +1,175 @@
+"""The measured planner: a hand-computed choice, ties, the tokens/s bound, and its edge cases."""
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from met.speculative.spec_cost import AcceptanceCalibration, Cell, CostTable, DrafterKey, TableKey
+from met.speculative.spec_cost.plan import choose, estimate_depths, plan_depth
+
+MTP = DrafterKey("mtp", "met-tiny-py-mtp", "abc")
+METERED = TableKey("nvidia-h200x1", "met-tiny-py@abc", "nvml", {"decode": "d", "verify": "v", "draft_mtp": "m"})
+NO_METER = TableKey("cpu-epyc-2t", "met-tiny-py@abc", "none", {"decode": "d", "verify": "v", "draft_mtp": "m"})
+HIGH = math.log(0.98)
+
+
+def calibration(*accepted_per_position: int, confident: int | None = None) -> AcceptanceCalibration:
+    """Priors from 100 judged drafts per position with the given numbers accepted (and 100 HIGH drafts)."""
+    rows = [(None, i < a, pos) for pos, a in enumerate(accepted_per_position, 1) for i in range(100)]
+    if confident is not None:
+        rows += [(HIGH, i < confident, 1) for i in range(100)]
+    return AcceptanceCalibration.fit(rows, MTP)
+
+
+def table(rows: list[tuple], key: TableKey = METERED, n: int = 1) -> CostTable:
+    """One width's cells from (verify_s, draft_s, verify_j, draft_j) rows, k = 0, 1, ..."""
+    if key.energy_source == "none":
+        rows = [(v, d, None, None) for v, d, *_ in rows]
+    return CostTable(key, [Cell(n, k, *row) for k, row in enumerate(rows)])
+
+
+# The hand-computed example. One sequence, no confidences; priors 0.8 (position 1), 0.5 (2),
+# and 0.5 past the last measured position. Verify joules are flat (a power-capped box), drafts cheap.
+#
+#  k  tokens                      wall s               J                tok/s               tok/J
+#  0  1                           0.010                2.0              100.00              0.500
+#  1  1 + 0.8 = 1.8               0.011 + 0.002=0.013  2.0 + 0.1 = 2.1  1.8/0.013 = 138.46  1.8/2.1 = 0.857
+#  2  1.8 + 0.8*0.5 = 2.2         0.012 + 0.004=0.016  2.0 + 0.2 = 2.2  2.2/0.016 = 137.50  2.2/2.2 = 1.000
+#  3  2.2 + 0.8*0.5*0.5 = 2.4     0.013 + 0.006=0.019  2.0 + 0.3 = 2.3  2.4/0.019 = 126.32  2.4/2.3 = 1.043
+#
+# slack 0:    only the fastest, k = 1.
+# slack 0.05: floor 0.95 * 138.46 = 131.54; k = 1, 2 qualify; the most tok/J of them is k = 2.
+# slack 0.08: floor 127.38; k = 3 (126.32) still does not qualify: k = 2.
+# slack 0.09: floor 126.00; k = 3 qualifies and has the most tok/J: k = 3.
+HAND = [(0.010, 0.0, 2.0, 0.0), (0.011, 0.002, 2.0, 0.1), (0.012, 0.004, 2.0, 0.2), (0.013, 0.006, 2.0, 0.3)]
+
+
+@pytest.mark.parametrize(("slack", "k"), [(0.0, 1), (0.05, 2), (0.08, 2), (0.09, 3), (0.5, 3)])
+def test_hand_computed_example(slack, k):
+    decision = plan_depth(table(HAND), calibration(80, 50), 1, None, slack)
+    assert decision.k == k
+
+
+def test_hand_computed_figures():
+    estimates = estimate_depths(table(HAND), calibration(80, 50), 1, None)
+    assert [e.expected_tokens for e in estimates] == pytest.approx([1.0, 1.8, 2.2, 2.4])
+    assert [e.wall_s for e in estimates] == pytest.approx([0.010, 0.013, 0.016, 0.019])
+    assert [e.energy_j for e in estimates] == pytest.approx([2.0, 2.1, 2.2, 2.3])
+    assert [e.tokens_per_s for e in estimates] == pytest.approx([100.0, 138.4615, 137.5, 126.3158], rel=1e-5)
+    decision = plan_depth(table(HAND), calibration(80, 50), 1, None, 0.05)
+    assert decision.tokens_per_s == pytest.approx(137.5) and decision.tokens_per_j == pytest.approx(1.0)
+    assert decision.why.startswith("k=2: the most tokens/J")
+
+
+def test_tokens_sum_over_sequences_and_use_confidences_then_priors():
+    # Two sequences at k = 2: the first has confidences for both drafts (HIGH -> 0.9 each):
+    # 1 + 0.9 + 0.81 = 2.71; the second has one (0.9, then the position-2 prior 0.5):
+    # 1 + 0.9 + 0.45 = 2.35. Together 5.06 tokens.
+    cal = calibration(80, 50, confident=90)
+    t = table(HAND, n=2)
+    est = estimate_depths(t, cal, 2, [[HIGH, HIGH], [HIGH]])
+    assert est[2].expected_tokens == pytest.approx(5.06)
+    assert est[0].expected_tokens == 2.0  # k = 0 emits exactly one token per sequence
+
+
+def test_ties_go_to_the_smaller_depth():
+    # k = 0: 1 token / 0.5 s = 2 tok/s, 1 token / 1 J. k = 1 at p = 0.5: 1.5 / 0.75 s = 2 tok/s and
+    # 1.5 / 1.5 J = 1 tok/J: an exact tie (binary fractions) in both, so k = 0.
+    rows = [(0.5, 0.0, 1.0, 0.0), (0.5, 0.25, 1.0, 0.5)]
+    assert plan_depth(table(rows), calibration(50), 1, None, 0.0).k == 0
+    assert plan_depth(table(rows, NO_METER), calibration(50), 1, None, 0.0).k == 0
+
+
+def test_a_tie_between_deeper_depths_goes_to_the_smaller_one():
+    # Position 1 always accepted, position 2 never: k = 1 and k = 2 both emit 2 tokens at the same
+    # cost (4 tok/s, 4/3 tok/J), both beating k = 0 (2 tok/s, 1 tok/J): k = 1.
+    rows = [(0.5, 0.0, 1.0, 0.0), (0.25, 0.25, 1.0, 0.5), (0.25, 0.25, 1.0, 0.5)]
+    assert plan_depth(table(rows), calibration(100, 0), 1, None, 0.0).k == 1
+    assert plan_depth(table(rows, NO_METER), calibration(100, 0), 1, None, 0.0).k == 1
+
+
+def test_worthless_drafts_give_depth_zero():
+    # Nothing is ever accepted: every depth emits 1 token at a higher cost than k = 0.
+    assert plan_depth(table(HAND), calibration(0, 0), 1, None, 0.5).k == 0
+    assert plan_depth(table(HAND, NO_METER), calibration(0, 0), 1, None, 0.5).k == 0
+
+
+def test_flat_verify_and_high_acceptance_go_deep():
+    # Verify costs the same at every depth, drafts are nearly free, 95% accepted: the deepest pays.
+    rows = [(0.01, 1e-4 * k, 2.0, 1e-3 * k) for k in range(5)]
+    assert plan_depth(table(rows), calibration(95, 95, 95, 95), 1, None, 0.0).k == 4
+    assert plan_depth(table(rows, NO_METER), calibration(95, 95, 95, 95), 1, None, 0.0).k == 4
+
+
+def test_without_energy_it_plans_by_tokens_per_second_and_says_so():
+    # HAND without joules: k = 1 is the fastest, and slack buys nothing to spend.
+    decision = plan_depth(table(HAND, NO_METER), calibration(80, 50), 1, None, 0.5)
+    assert (decision.k, decision.energy_j, decision.tokens_per_j) == (1, None, None)
+    assert "tokens/s alone" in decision.why
+
+
+def test_kmax_caps_the_depth_and_inputs_are_checked():
+    assert plan_depth(table(HAND), calibration(80, 50), 1, None, 0.5, kmax=2).k == 2
+    assert plan_depth(table(HAND), calibration(80, 50), 1, None, 0.5, kmax=99).k == 3  # the table's deepest
+    with pytest.raises(ValueError, match="2 sequences of confidences for a step of width 1"):
+        plan_depth(table(HAND), calibration(80, 50), 1, [[], []], 0.0)
+    with pytest.raises(ValueError, match="slack"):
+        plan_depth(table(HAND), calibration(80, 50), 1, None, 1.0)
+    with pytest.raises(ValueError, match="negative"):
+        plan_depth(table(HAND), calibration(80, 50), 1, None, 0.0, kmax=-1)
+
+
+# -- properties over random tables and calibrations -------------------------------------------------
+
+costs = st.floats(min_value=1e-4, max_value=10.0)
+
+
+@st.composite
+def situations(draw):
+    """A random table (1-3 widths, depth 0..=4), calibration, width and confidences."""
+    key = draw(st.sampled_from([METERED, NO_METER]))
+    widths = draw(st.lists(st.integers(1, 32), min_size=1, max_size=3, unique=True))
+    kmax = draw(st.integers(0, 4))
+    cells = [Cell(n, k, draw(costs), 0.0 if k == 0 else draw(costs),
+                  *((None, None) if key is NO_METER else (draw(costs), 0.0 if k == 0 else draw(costs))))
+             for n in widths for k in range(kmax + 1)]
+    accepted = draw(st.lists(st.integers(0, 100), min_size=1, max_size=4))
+    width = draw(st.integers(1, 40))
+    conf = st.lists(st.floats(min_value=-10.0, max_value=0.0), max_size=5)
+    confidences = draw(st.none() | st.lists(conf, min_size=width, max_size=width))
+    return CostTable(key, cells), calibration(*accepted, confident=draw(st.integers(0, 100))), width, confidences
+
+
+@given(situations(), st.floats(0.0, 0.99))
+def test_choice_is_deterministic_and_within_the_tokens_per_second_bound(situation, slack):
+    t, cal, width, confidences = situation
+    decision = plan_depth(t, cal, width, confidences, slack)
+    assert decision == plan_depth(t, cal, width, confidences, slack)
+    estimates = estimate_depths(t, cal, width, confidences)
+    best = max(e.tokens_per_s for e in estimates)
+    assert decision.tokens_per_s >= (1 - slack) * best
+    if t.has_energy:
+        feasible = [e for e in estimates if e.tokens_per_s >= (1 - slack) * best]
+        assert decision.tokens_per_j == max(e.tokens_per_j for e in feasible)
+        assert decision.k == min(e.k for e in feasible if e.tokens_per_j == decision.tokens_per_j)
+    else:
+        assert decision.k == min(e.k for e in estimates if e.tokens_per_s == best)
+
+
+@given(situations(), st.floats(0.0, 0.99), st.floats(0.0, 0.99))
+def test_more_slack_never_costs_joules(situation, a, b):
+    # Slack only widens the set of depths allowed, so tokens/J can only rise with it.
+    t, cal, width, confidences = situation
+    low, high = sorted((a, b))
+    tight, loose = plan_depth(t, cal, width, confidences, low), plan_depth(t, cal, width, confidences, high)
+    if t.has_energy:
+        assert loose.tokens_per_j >= tight.tokens_per_j
+
+
+def test_choose_prefers_the_first_of_equals():
+    # choose() is the rule alone: equal estimates at k = 0 and 1 resolve to 0.
+    e = estimate_depths(table([(0.5, 0.0, 1.0, 0.0), (0.5, 0.25, 1.0, 0.5)]), calibration(50), 1, None)
+    assert choose(e, 0.0).k == 0
+    assert choose(list(reversed(e)), 0.0).k == 0

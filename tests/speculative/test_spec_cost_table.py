@@ -1,0 +1,304 @@
+"""CostTable and Cell: parse/to_toml round trip, refusal of malformed tables, interpolation in width."""
+
+import math
+
+import pytest
+import tomli_w
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from met.speculative.spec_cost import ENERGY_SOURCES, Cell, CostTable, TableKey, TableParseError
+
+KEY = TableKey("nvidia-h200x1", "met-tiny-py@abc123", "nvml", {"decode": "d1", "verify": "v1", "draft_mtp": "m1"})
+NO_METER = TableKey("cpu-epyc-2t", "met-tiny-py@abc123", "none", {"decode": "d1", "verify": "v1"})
+
+
+def make_table(widths=(1, 4), kmax=2, key=KEY, verify=lambda n, k: 0.01 * n + 0.001 * k) -> CostTable:
+    """A small valid table: draft costs 1 ms and 0.5 J per draft; joules only when the key has a meter."""
+    cells = []
+    for n in widths:
+        for k in range(kmax + 1):
+            joules = (1.0 + n + k, 0.5 * k) if key.energy_source != "none" else (None, None)
+            cells.append(Cell(n, k, verify(n, k), 0.001 * k, *joules))
+    return CostTable(key, cells, {"when": "2026-10-04T12:00:00Z", "repeats": 5})
+
+
+# -- valid tables, as a strategy ------------------------------------------------------------
+
+costs = st.floats(min_value=1e-9, max_value=1e3, allow_nan=False, allow_infinity=False)
+spreads = st.none() | st.floats(min_value=0.0, max_value=1e3)
+meta_values = st.text(max_size=20) | st.integers(-(2**63), 2**63 - 1) | st.booleans() | costs
+
+
+@st.composite
+def tables(draw, energy_source=None) -> CostTable:
+    """Any valid table: 1-4 widths, depths 0..=kmax, random costs, spreads and meta."""
+    source = energy_source or draw(st.sampled_from(["nvml", "rapl", "none"]))
+    digests = draw(st.dictionaries(st.sampled_from(["decode", "verify", "draft_mtp", "draft_dflash"]),
+                                   st.text("0123456789abcdef", min_size=1, max_size=16), min_size=1))
+    key = TableKey(draw(st.text("abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=20)),
+                   draw(st.text(min_size=1, max_size=20).filter(lambda s: s.strip() and "\n" not in s
+                                                                and "\r" not in s)),
+                   source, digests)
+    widths = draw(st.lists(st.integers(1, 512), min_size=1, max_size=4, unique=True))
+    kmax = draw(st.integers(0, 4))
+    cells = []
+    for n in widths:
+        for k in range(kmax + 1):
+            draft = 0.0 if k == 0 else draw(costs)
+            joules = (None, None) if source == "none" else (draw(costs), 0.0 if k == 0 else draw(costs))
+            cells.append(Cell(n, k, draw(costs), draft, *joules, draw(spreads), draw(spreads),
+                              *((None, None) if source == "none" else (draw(spreads), draw(spreads)))))
+    order = draw(st.permutations(cells))
+    meta = draw(st.dictionaries(st.text("abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=10), meta_values,
+                                max_size=4))
+    return CostTable(key, order, meta)
+
+
+@given(tables())
+def test_to_toml_round_trips(table):
+    # Parsing what to_toml wrote gives back an equal table, and writing it again the same text.
+    text = table.to_toml()
+    again = CostTable.parse(text)
+    assert again == table
+    assert again.to_toml() == text
+
+
+def test_to_toml_writes_the_documented_layout():
+    # One [[cells]] block per cell, sorted by (n, k); [key.plan_digests] as a sub-table.
+    text = make_table().to_toml()
+    assert text.startswith("schema = 1\n")
+    assert "[key.plan_digests]" in text
+    assert text.count("[[cells]]") == 6
+    assert text.index("n = 1\nk = 2") < text.index("n = 4\nk = 0")
+
+
+def test_meta_is_preserved():
+    # [meta] is free: its strings and numbers come back as written.
+    table = CostTable.parse(make_table().to_toml())
+    assert dict(table.meta) == {"when": "2026-10-04T12:00:00Z", "repeats": 5}
+
+
+def test_table_without_meter_has_no_joule_fields():
+    text = make_table(key=NO_METER).to_toml()
+    assert "_j" not in text
+    assert not CostTable.parse(text).has_energy
+
+
+# -- malformed tables: refused with TableParseError, never another exception ---------------------
+
+junk = (st.text(max_size=8) | st.booleans() | st.sampled_from([math.nan, math.inf, -math.inf, 0.0, 0, -0.2, -1])
+        | st.floats(max_value=-1e-300, allow_nan=False, allow_infinity=False) | st.just(10**400)
+        | st.lists(st.integers(), max_size=2) | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+
+
+def doc_of(table: CostTable) -> dict:
+    return {"schema": 1, "key": table.key.to_dict(), "meta": dict(table.meta),
+            "cells": [c.to_dict() for c in table.cells]}
+
+
+@st.composite
+def malformed(draw) -> tuple[str, str]:
+    """(mutation, TOML text) where the mutation is sure to make a valid table invalid."""
+    table = draw(tables(energy_source="nvml"))
+    doc = doc_of(table)
+    cells = doc["cells"]
+    i = draw(st.integers(0, len(cells) - 1))
+    kind = draw(st.sampled_from(["drop_top", "drop_key", "drop_cell_field", "bad_cost", "bad_int", "bad_key_field",
+                                 "missing_depth", "duplicate", "schema", "joules_under_none", "no_joules",
+                                 "typo", "not_a_table"]))
+    if kind == "drop_top":
+        del doc[draw(st.sampled_from(["schema", "key", "cells"]))]
+    elif kind == "drop_key":
+        del doc["key"][draw(st.sampled_from(["box_class", "recipe", "energy_source", "plan_digests"]))]
+    elif kind == "drop_cell_field":
+        del cells[i][draw(st.sampled_from(["n", "k", "verify_s", "draft_s", "verify_j", "draft_j"]))]
+    elif kind == "bad_cost":
+        cells[i][draw(st.sampled_from(["verify_s", "verify_j"]))] = draw(junk)
+    elif kind == "bad_int":
+        value = draw(junk)
+        assume(not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 512))
+        cells[i]["n"] = value
+    elif kind == "bad_key_field":
+        value = draw(junk)
+        field = draw(st.sampled_from(["box_class", "recipe", "energy_source"]))
+        assume(not (isinstance(value, str) and value.strip() and field != "energy_source"))
+        assume(value not in ENERGY_SOURCES)
+        doc["key"][field] = value
+    elif kind == "missing_depth":
+        assume(table.kmax >= 1)
+        lower = [j for j, c in enumerate(cells) if c["k"] < table.kmax]
+        del cells[draw(st.sampled_from(lower))]
+    elif kind == "duplicate":
+        cells.append(dict(cells[i]))
+    elif kind == "schema":
+        doc["schema"] = draw(junk.filter(lambda v: v != 1 or isinstance(v, bool)))
+    elif kind == "joules_under_none":
+        doc["key"]["energy_source"] = "none"
+    elif kind == "no_joules":
+        del cells[i]["verify_j"], cells[i]["draft_j"]
+    elif kind == "typo":
+        name = draw(st.text("abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=10))
+        assume(name not in Cell.__dataclass_fields__)
+        cells[i][name] = cells[i].pop("verify_s")
+    else:
+        doc["key"] = draw(junk.filter(lambda v: not isinstance(v, dict)))
+    return kind, tomli_w.dumps(doc)
+
+
+@given(malformed())
+def test_malformed_tables_are_refused_with_a_one_line_parse_error(case):
+    kind, text = case
+    with pytest.raises(TableParseError) as caught:
+        CostTable.parse(text)
+    message = str(caught.value)
+    assert message and "\n" not in message, (kind, message)
+
+
+toml_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@given(st.dictionaries(st.sampled_from(["schema", "key", "cells", "meta", "x"]), toml_values, max_size=4))
+def test_any_toml_document_is_either_a_table_or_a_parse_error(doc):
+    # Arbitrary nested junk under the table's own field names: never any other exception.
+    doc = _drop_none(doc)
+    try:
+        text = tomli_w.dumps(doc)
+    except (TypeError, ValueError):
+        assume(False)
+    try:
+        CostTable.parse(text)
+    except TableParseError:
+        pass
+
+
+def _drop_none(value):
+    if isinstance(value, dict):
+        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_none(v) for v in value if v is not None]
+    return value
+
+
+@given(st.text(max_size=200))
+def test_any_text_is_either_a_table_or_a_parse_error(text):
+    try:
+        CostTable.parse(text)
+    except TableParseError:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("schema = [", "not valid TOML"),  # broken TOML
+        ("x = " + "[" * 5000, "not valid TOML"),  # nesting deep enough to exhaust recursion
+        ("x = " + "9" * 5000, "not valid TOML"),  # an integer Python refuses to convert
+        ("schema = 2", "schema: 2 is not a supported schema version (this met reads 1)"),
+        ("schema = true", "schema: true is not a supported schema version"),  # bool is an int in Python
+        ("shema = 1", "shema: unknown field (did you mean schema?)"),
+    ],
+)
+def test_refusals_name_what_is_wrong(text, message):
+    with pytest.raises(TableParseError, match="^" + message.replace("(", r"\(").replace(")", r"\)").replace("?", r"\?")):
+        CostTable.parse(text)
+
+
+def test_bytes_are_not_text():
+    with pytest.raises(TableParseError, match="is not text"):
+        CostTable.parse(b"schema = 1")  # type: ignore[arg-type]
+
+
+def test_message_names_the_field_path_and_value():
+    # The fourth cell in file order is cells[3], whatever order the table sorts them in.
+    doc = doc_of(make_table())
+    doc["cells"][3]["verify_s"] = -0.2
+    with pytest.raises(TableParseError) as caught:
+        CostTable.parse(tomli_w.dumps(doc))
+    assert str(caught.value) == "cells[3].verify_s: -0.2 is not a finite positive cost"
+    assert (caught.value.path, caught.value.value) == ("cells[3].verify_s", -0.2)
+
+
+@pytest.mark.parametrize(
+    ("cell", "message"),
+    [
+        (dict(n=1, k=0, verify_s=0.01, draft_s=0.001), "draft_s: 0.001 must be 0 at k = 0"),  # k = 0 drafts nothing
+        (dict(n=1, k=1, verify_s=0.01, draft_s=0.0), "draft_s: 0.0 is not a finite positive cost"),
+        (dict(n=0, k=0, verify_s=0.01, draft_s=0.0), "n: 0 is out of range"),  # a step has a sequence
+        (dict(n=1, k=-1, verify_s=0.01, draft_s=0.0), "k: -1 is out of range"),
+        (dict(n=1, k=0, verify_s=math.nan, draft_s=0.0), "verify_s: nan is not a finite positive cost"),
+        (dict(n=1, k=0, verify_s=0.01, draft_s=0.0, verify_j=1.0), "draft_j: is missing"),  # joules come in pairs
+        (dict(n=1, k=0, verify_s=0.01, draft_s=0.0, verify_s_spread=-1.0), "verify_s_spread: -1.0 is not a spread"),
+        (dict(n=1, k=0, verify_s=0.01, draft_s=0.0, verify_j_spread=0.1), "verify_j_spread: 0.1 is given for a cell"),
+    ],
+)
+def test_cell_validates_itself(cell, message):
+    with pytest.raises(TableParseError, match="^" + message.replace("(", r"\(")):
+        Cell(**cell)
+
+
+def test_table_refuses_a_width_missing_a_depth_and_duplicates():
+    cells = list(make_table().cells)
+    with pytest.raises(TableParseError, match=r"^cells: width n=4 has no cell at k=1 \(every width needs"):
+        CostTable(KEY, [c for c in cells if (c.n, c.k) != (4, 1)])
+    with pytest.raises(TableParseError, match=r"^cells\[6\]: duplicates the cell n=1 k=0 at cells\[0\]"):
+        CostTable(KEY, [*cells, cells[0]])
+    with pytest.raises(TableParseError, match="^cells: is empty"):
+        CostTable(KEY, [])
+
+
+def test_energy_fields_must_match_the_energy_source():
+    metered, bare = make_table(), make_table(key=NO_METER)
+    with pytest.raises(TableParseError, match=r'^cells\[0\]\.verify_j: is missing \(key.energy_source is "nvml"'):
+        CostTable(KEY, bare.cells)
+    with pytest.raises(TableParseError, match=r'^cells\[0\]\.verify_j: 2.0 is given but key.energy_source is "none"'):
+        CostTable(NO_METER, metered.cells)
+
+
+# -- cell(n, k): linear in width, nearest width outside ----------------------------------------
+
+
+def test_cell_interpolates_linearly_in_width():
+    # Widths 1 and 5: verify 1.0 and 3.0 s at k = 1, joules 2.0 and 6.0. At n = 2 (a quarter of the
+    # way): 1.0 + 0.25 * 2.0 = 1.5 s and 2.0 + 0.25 * 4.0 = 3.0 J; at n = 3 the midpoint exactly.
+    key = KEY
+    table = CostTable(key, [Cell(1, 0, 1.0, 0.0, 2.0, 0.0), Cell(1, 1, 1.0, 0.5, 2.0, 1.0),
+                            Cell(5, 0, 3.0, 0.0, 6.0, 0.0), Cell(5, 1, 3.0, 0.25, 6.0, 1.0)])
+    assert table.cell(2, 1) == Cell(2, 1, 1.5, 0.4375, 3.0, 1.0)
+    assert table.cell(3, 1) == Cell(3, 1, 2.0, 0.375, 4.0, 1.0)
+    assert table.cell(3, 0).draft_s == 0.0  # k = 0 stays a plain decode at every width
+
+
+def test_cell_at_a_measured_width_is_the_measured_cell():
+    table = make_table()
+    assert table.cell(4, 2) is table.cells[-1]
+
+
+def test_cell_outside_the_measured_range_takes_the_nearest_width():
+    table = make_table(widths=(2, 8))
+    below, above = table.cell(1, 1), table.cell(64, 1)
+    assert (below.n, below.verify_s, below.verify_j) == (1, table.cell(2, 1).verify_s, table.cell(2, 1).verify_j)
+    assert (above.n, above.verify_s, above.draft_s) == (64, table.cell(8, 1).verify_s, table.cell(8, 1).draft_s)
+
+
+@given(tables(), st.integers(1, 600), st.data())
+def test_interpolated_costs_lie_between_their_neighbours(table, n, data):
+    k = data.draw(st.integers(0, table.kmax))
+    widths = table.widths
+    below = max((w for w in widths if w <= n), default=widths[0])
+    above = min((w for w in widths if w >= n), default=widths[-1])
+    got, lo, hi = table.cell(n, k), table.cell(below, k), table.cell(above, k)
+    assert got.n == n
+    for attr in ("verify_s", "draft_s"):
+        a, b = sorted((getattr(lo, attr), getattr(hi, attr)))
+        assert a * (1 - 1e-12) <= getattr(got, attr) <= b * (1 + 1e-12)
+
+
+@pytest.mark.parametrize(("n", "k"), [(0, 0), (1, 3), (1, -1), (True, 0)])
+def test_cell_refuses_a_width_or_depth_the_table_cannot_answer(n, k):
+    with pytest.raises(ValueError):
+        make_table().cell(n, k)
