@@ -1,9 +1,108 @@
-"""`met generate`: offline generation through the engine."""
+"""`met generate`: offline generation through the engine, with a fixed drafting policy."""
 
+import json
+from pathlib import Path
+from typing import Annotated
+
+import torch
 import typer
 
+from met.engine.generate import SPEC_MODES, Output, generate as run_generate
+from met.engine.runner import ModelRunner, Sampling
+from met.exit_codes import EX_DATAERR, EX_NOINPUT
+from met.model.recipes import DEFAULT_RECIPE, RecipeError, embedded
+from met.model.tokenizer import decode, encode
 
-def generate() -> None:
-    """Generate text offline (arrives with the model runner)."""
-    typer.echo("met generate: not built yet", err=True)
-    raise typer.Exit(2)
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def read_prompts(path: Path) -> list[str]:
+    """Prompts from a JSONL file: each line a JSON string or an object with a "prompt" string."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise _fail(f"cannot read {path}: {e}", EX_NOINPUT)
+    prompts = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise _fail(f"{path}:{i}: not JSON ({e.msg})", EX_DATAERR)
+        text = item.get("prompt") if isinstance(item, dict) else item
+        if not isinstance(text, str) or not text:
+            raise _fail(f'{path}:{i}: expected a non-empty string or {{"prompt": "..."}}', EX_DATAERR)
+        prompts.append(text)
+    if not prompts:
+        raise _fail(f"{path} holds no prompts", EX_DATAERR)
+    return prompts
+
+
+def summary(o: Output, text: str) -> dict:
+    """The JSON record of one prompt's generation."""
+    return {
+        "text": text,
+        "tokens": len(o.tokens),
+        "tokens_per_s": round(len(o.tokens) / o.decode_s, 2) if o.decode_s > 0 else None,
+        "prefill_s": round(o.prefill_s, 6),
+        "steps": o.steps,
+        "drafts_proposed": o.proposed,
+        "drafts_accepted": o.accepted,
+        "acceptance_rate": round(o.accepted / o.proposed, 4) if o.proposed else None,
+        # accepted drafts per verify step; the bonus token is NOT counted (add 1 for tokens per step)
+        "mean_accepted_length": round(o.accepted / o.steps, 4) if o.steps else 0.0,
+        "acceptance_per_position": [round(a / p, 4) for a, p in zip(o.accepted_at, o.proposed_at)],
+        "finished_by": o.finished_by,
+    }
+
+
+def generate(
+    prompt: Annotated[str | None, typer.Option(help="One prompt.")] = None,
+    prompts: Annotated[Path | None, typer.Option(help="JSONL file of prompts (strings or {\"prompt\": ...}).")] = None,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Tokens to generate per prompt.")] = 128,
+    spec: Annotated[str, typer.Option(help=f"Drafting: {', '.join(SPEC_MODES)}.")] = "off",
+    depth: Annotated[int, typer.Option(min=0, max=16, help="Drafts per step (fixed).")] = 3,
+    batch: Annotated[int, typer.Option(min=1, help="Prompts run together (width).")] = 1,
+    temperature: Annotated[float, typer.Option(min=0.0, help="0 is greedy.")] = 0.0,
+    top_p: Annotated[float, typer.Option(min=0.0, max=1.0, help="Nucleus sampling mass.")] = 1.0,
+    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
+    recipe: Annotated[str, typer.Option(help="Embedded model recipe.")] = DEFAULT_RECIPE,
+    dtype: Annotated[str, typer.Option(help="float32, float64 or bfloat16.")] = "float32",
+    threads: Annotated[int, typer.Option(min=0, help="torch CPU threads (0: torch's default).")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per prompt.")] = False,
+) -> None:
+    """Generate text offline from --prompt or --prompts."""
+    if (prompt is None) == (prompts is None):
+        raise _fail("give exactly one of --prompt or --prompts", 2)
+    if spec not in SPEC_MODES:
+        raise _fail(f"--spec {spec!r} is not one of {', '.join(SPEC_MODES)}", 2)
+    if dtype not in DTYPES:
+        raise _fail(f"--dtype {dtype!r} is not one of {', '.join(DTYPES)}", 2)
+    texts = [prompt] if prompt is not None else read_prompts(prompts)
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        r = embedded(recipe)
+    except RecipeError as e:
+        raise _fail(str(e), EX_NOINPUT)
+    model = r.load(DTYPES[dtype])
+    if spec == "mtp" and model.mtp is None:
+        raise _fail(f"recipe {recipe} has no MTP module", 2)
+    runner = ModelRunner(model, max_batch=batch)
+    sampling = Sampling(temperature, top_p, seed)
+    for start in range(0, len(texts), batch):
+        chunk = texts[start : start + batch]
+        encoded = [encode(t) for t in chunk]
+        for t, e in zip(chunk, encoded):
+            if len(e) + max_tokens + depth + 1 > runner.max_len:
+                raise _fail(f"prompt of {len(e)} tokens + {max_tokens} new exceeds the context of {runner.max_len}", 2)
+        outs = run_generate(runner, encoded, max_tokens, spec, depth, sampling)
+        for o in outs:
+            text = decode(o.tokens)
+            typer.echo(json.dumps(summary(o, text)) if as_json else text)

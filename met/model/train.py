@@ -100,17 +100,16 @@ def train(model: Transformer, train_split: Split, heldout: Split, params: TrainP
     torch.manual_seed(params.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=params.lr, betas=(0.9, 0.95), weight_decay=params.weight_decay)
     rng = np.random.default_rng(params.seed)
-    step, elapsed = 0, 0.0
+    step, elapsed, stats = 0, 0.0, {}
     if ckpt is not None and ckpt.exists():
         state = torch.load(ckpt, weights_only=False)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         rng.bit_generator.state = state["rng"]
-        step, elapsed = state["step"], state["elapsed"]
+        step, elapsed, stats = state["step"], state["elapsed"], state.get("stats", {})
     if params.seq_len + 2 > model.cfg.max_seq_len:
         raise ValueError(f"seq_len {params.seq_len} + 2 exceeds the model's max_seq_len {model.cfg.max_seq_len}")
     depths = min(len(params.mtp_weights), model.cfg.mtp_depth)
-    stats: dict = {}
     model.train()
     t0 = time.perf_counter() - elapsed
     while step < params.steps:
@@ -132,8 +131,11 @@ def train(model: Transformer, train_split: Split, heldout: Split, params: TrainP
         if ckpt is not None and (step % params.checkpoint_every == 0 or step == params.steps):
             tmp = ckpt.with_suffix(".tmp")
             torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "rng": rng.bit_generator.state,
-                        "step": step, "elapsed": stats["wall_s"], "params": asdict(params),
+                        "step": step, "elapsed": stats["wall_s"], "stats": stats, "params": asdict(params),
                         "config": asdict(model.cfg)}, tmp)
             tmp.replace(ckpt)
         on_step(step, stats)
+    if "heldout_bpb" not in stats:  # resumed from a checkpoint that kept no final evaluation
+        stats = {"step": step, "wall_s": elapsed, "tokens": step * params.batch * (params.seq_len + 1)} | stats
+        stats |= evaluate(model, heldout, seq_len=params.seq_len)
     return stats

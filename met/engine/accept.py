@@ -1,0 +1,54 @@
+"""The acceptance rules of a verify step: greedy prefix match and lossless speculative sampling."""
+
+import torch
+
+
+def greedy_accept(drafts: list[int], target: list[int]) -> tuple[int, int]:
+    """(accepted drafts, bonus token) when target[j] is the target's argmax after drafts[:j].
+
+    Accept the longest prefix of drafts equal to the target's own greedy tokens; the bonus is the
+    target's token after that prefix, so the output is exactly what plain greedy decoding emits.
+    """
+    a = 0
+    while a < len(drafts) and drafts[a] == target[a]:
+        a += 1
+    return a, target[a]
+
+
+def speculative_accept(drafts: list[int], q: torch.Tensor | None, p: torch.Tensor,
+                       generator: torch.Generator | None) -> tuple[int, int]:
+    """(accepted drafts, next token) by speculative sampling; the output is distributed as p.
+
+    drafts: k proposed tokens; q: [k, V] the drafter's distributions (None: deterministic drafts,
+    i.e. one-hot q); p: [k + 1, V] the target's distributions after each prefix.
+    Rule per draft x: q(x) <= p(x): always accept; q(x) > p(x): accept with prob p(x)/q(x).
+    On the first rejection sample from norm(max(0, p - q)); if all pass, sample the bonus from p[k].
+    """
+    for j, x in enumerate(drafts):
+        px = p[j, x]
+        qx = q[j, x] if q is not None else torch.ones((), dtype=p.dtype)
+        u = torch.rand((), generator=generator, dtype=p.dtype)
+        if u * qx <= px:  # accept with probability min(1, p/q)
+            continue
+        if q is not None:
+            residual = (p[j] - q[j]).clamp(min=0)
+        else:
+            residual = p[j].clone()
+            residual[x] = 0
+        total = residual.sum()
+        # p == q up to rounding leaves no residual mass; then p itself is the right distribution.
+        dist = residual / total if total > 0 else p[j]
+        return j, int(torch.multinomial(dist, 1, generator=generator))
+    return len(drafts), int(torch.multinomial(p[len(drafts)], 1, generator=generator))
+
+
+def target_distribution(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """Probabilities [..., V] from logits under temperature and nucleus (top-p) truncation."""
+    probs = torch.softmax(logits.double() / temperature, dim=-1)
+    if top_p >= 1.0:
+        return probs
+    sorted_p, order = probs.sort(dim=-1, descending=True)
+    keep = sorted_p.cumsum(-1) - sorted_p < top_p  # tokens before the mass reaches top_p, and the one crossing it
+    sorted_p = sorted_p * keep
+    out = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    return out / out.sum(-1, keepdim=True)

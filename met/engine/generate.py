@@ -1,0 +1,127 @@
+"""Offline generation: a static batch of prompts run to completion under one fixed drafting policy."""
+
+import time
+from dataclasses import dataclass, field
+
+from met.engine.runner import Draft, ModelRunner, Sampling
+from met.model.tokenizer import EOS
+from met.speculative import ngram
+from met.speculative.prompt_lookup import LookupParams, PromptLookup
+
+SPEC_MODES = ("off", "mtp", "ngram", "prompt-lookup")
+NGRAM_MAX = 4  # longest suffix the n-gram proposers match
+
+
+@dataclass
+class Output:
+    """One prompt's generation and its speculation counts."""
+
+    prompt: list[int]
+    tokens: list[int] = field(default_factory=list)  # generated tokens (EOS not included)
+    steps: int = 0  # verify (or plain decode) steps this sequence took part in
+    proposed: int = 0  # drafts verified
+    accepted: int = 0  # drafts accepted; the bonus token is not a draft
+    accepted_at: list[int] = field(default_factory=list)  # accepted[j]: steps whose draft j+1 was accepted
+    proposed_at: list[int] = field(default_factory=list)  # proposed[j]: steps that verified a draft j+1
+    decode_s: float = 0.0
+    prefill_s: float = 0.0
+    finished_by: str = "length"
+
+
+class Proposer:
+    """Drafts for one sequence from a host proposer or the MTP module."""
+
+    def __init__(self, mode: str, prompt: list[int]):
+        if mode not in SPEC_MODES:
+            raise ValueError(f"unknown spec mode {mode!r}; choose one of {', '.join(SPEC_MODES)}")
+        self.mode = mode
+        self.history = list(prompt)
+        self.lookup = PromptLookup(LookupParams(max_ngram=NGRAM_MAX), prompt) if mode == "prompt-lookup" else None
+
+    def host_draft(self, depth: int) -> Draft:
+        """Drafts from the history (ngram / prompt lookup); confidences are unknown (0 log-prob)."""
+        if self.mode == "ngram":
+            toks = ngram.propose(self.history, NGRAM_MAX, 1, depth)
+        elif self.mode == "prompt-lookup":
+            toks = self.lookup.propose(depth)
+        else:
+            toks = []
+        return Draft(list(toks[:depth]), [0.0] * min(len(toks), depth))
+
+    def observe(self, proposed: int, accepted: int, emitted: list[int]) -> None:
+        """Record a verify step's outcome and extend the history."""
+        self.history.extend(emitted)
+        if self.lookup is not None:
+            self.lookup.observe(proposed, accepted)
+            self.lookup.extend(emitted)
+
+
+def generate(runner: ModelRunner, prompts: list[list[int]], max_tokens: int, spec: str = "off", depth: int = 3,
+             sampling: Sampling = Sampling(), stop_at_eos: bool = True) -> list[Output]:
+    """Generate up to max_tokens per prompt, all prompts as one batch, drafting depth tokens per step."""
+    if spec not in SPEC_MODES:
+        raise ValueError(f"unknown spec mode {spec!r}; choose one of {', '.join(SPEC_MODES)}")
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+    slots = list(range(len(prompts)))
+    outs = [Output(p) for p in prompts]
+    proposers = [Proposer(spec, p) for p in prompts]
+    t0 = time.perf_counter()
+    firsts = runner.prefill(slots, prompts, [sampling] * len(prompts))
+    prefill_s = time.perf_counter() - t0
+    live = []
+    for slot, first in zip(slots, firsts):
+        outs[slot].prefill_s = prefill_s
+        if not _emit(outs[slot], proposers[slot], [first], max_tokens, stop_at_eos):
+            live.append(slot)
+        else:
+            runner.release(slot)
+    t0 = time.perf_counter()
+    while live:
+        want = [max(0, min(depth, max_tokens - len(outs[s].tokens) - 1, runner.room(s))) for s in live]
+        if spec == "off":
+            drafts = [Draft([], []) for _ in live]
+        elif spec == "mtp":
+            drafts = runner.draft_mtp(live, want)
+        else:
+            drafts = [proposers[s].host_draft(k) for s, k in zip(live, want)]
+        results = runner.verify(live, drafts)
+        still = []
+        for s, d, r in zip(live, drafts, results):
+            o = outs[s]
+            o.steps += 1
+            o.proposed += len(d.tokens)
+            o.accepted += r.accepted
+            _count_positions(o, len(d.tokens), r.accepted)
+            proposers[s].observe(len(d.tokens), r.accepted, r.tokens)
+            if _emit(o, None, r.tokens, max_tokens, stop_at_eos) or runner.room(s) < 0:
+                runner.release(s)
+            else:
+                still.append(s)
+        live = still
+    decode_s = time.perf_counter() - t0
+    for o in outs:
+        o.decode_s = decode_s
+    return outs
+
+
+def _count_positions(o: Output, proposed: int, accepted: int) -> None:
+    while len(o.proposed_at) < proposed:
+        o.proposed_at.append(0)
+        o.accepted_at.append(0)
+    for j in range(proposed):
+        o.proposed_at[j] += 1
+        o.accepted_at[j] += j < accepted
+
+
+def _emit(o: Output, proposer: Proposer | None, tokens: list[int], max_tokens: int, stop_at_eos: bool) -> bool:
+    """Append emitted tokens up to the limit or EOS; True when the sequence is finished."""
+    for t in tokens:
+        if stop_at_eos and t == EOS:
+            o.finished_by = "eos"
+            return True
+        o.tokens.append(t)
+        if len(o.tokens) >= max_tokens:
+            o.finished_by = "length"
+            return True
+    return False

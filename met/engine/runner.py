@@ -1,0 +1,229 @@
+"""The model runner: owns the model, the KV cache and the device; prefill, MTP draft and verify steps."""
+
+from dataclasses import dataclass, field
+
+import torch
+
+from met.engine.accept import greedy_accept, speculative_accept, target_distribution
+from met.model.kv_cache import KVCache
+from met.model.transformer import CacheContext, Transformer
+
+
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    """How one sequence picks tokens: temperature 0 is greedy."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.temperature <= 100.0:
+            raise ValueError(f"temperature must be in [0, 100], got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(slots=True)
+class Draft:
+    """A drafter's proposal for one sequence."""
+
+    tokens: list[int]
+    confidences: list[float]  # drafter's top-1 log-probability at each position
+    q: torch.Tensor | None = None  # [k, V] drafter distributions when sampling; None: deterministic drafts
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyResult:
+    """What one sequence got from a verify step."""
+
+    accepted: int  # drafts accepted (the bonus token not counted)
+    tokens: list[int]  # emitted: accepted drafts + the bonus token
+    margin: float | None = None  # target top-1 minus top-2 log-prob at the first position (width-1 steps)
+
+
+@dataclass(slots=True)
+class _Seq:
+    pending: int  # last emitted token, not yet in the KV cache
+    sampling: Sampling
+    generator: torch.Generator | None
+    catchup_h: list[torch.Tensor] = field(default_factory=list)  # main hidden rows the MTP block has not seen
+    catchup_tok: list[int] = field(default_factory=list)  # the token after each of those rows
+
+
+class ModelRunner:
+    """Runs steps for sequences that live in KV-cache slots 0..max_batch-1."""
+
+    def __init__(self, model: Transformer, max_batch: int, max_len: int | None = None, track_mtp: bool = True):
+        self.model = model.eval()
+        cfg = model.cfg
+        p = next(model.parameters())
+        self.device, self.dtype = p.device, p.dtype
+        self.max_len = min(max_len or cfg.max_seq_len, cfg.max_seq_len)
+        self.track_mtp = track_mtp and model.mtp is not None
+        n_cached = cfg.n_layers + (1 if model.mtp is not None else 0)
+        self.cache = KVCache.allocate(n_cached, max_batch, self.max_len, cfg.n_kv_heads, cfg.head_dim,
+                                      self.dtype, self.device)
+        self.seqs: dict[int, _Seq] = {}
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def length(self, slot: int) -> int:
+        """Tokens of the slot's sequence in the cache (the pending token not counted)."""
+        return self.cache.lengths[slot]
+
+    def room(self, slot: int) -> int:
+        """Drafts the slot can still verify: cache room minus the pending token."""
+        return self.cache.room(slot) - 1
+
+    def release(self, slot: int) -> None:
+        """Free a slot at once (finished or cancelled sequence)."""
+        self.seqs.pop(slot, None)
+        self.cache.reset(slot)
+
+    @torch.inference_mode()
+    def prefill(self, slots: list[int], prompts: list[list[int]], samplings: list[Sampling]) -> list[int]:
+        """Run prompts of different lengths into free slots; returns each one's first generated token."""
+        lens = [len(p) for p in prompts]
+        for slot, n in zip(slots, lens):
+            if n < 1 or n + 1 > self.max_len:
+                raise ValueError(f"prompt of {n} tokens does not fit a context of {self.max_len}")
+            if slot in self.seqs:
+                raise ValueError(f"slot {slot} is busy")
+        T = max(lens)
+        tokens = torch.zeros(len(slots), T, dtype=torch.long)  # [B, T], right-padded
+        for i, p in enumerate(prompts):
+            tokens[i, : len(p)] = torch.tensor(p)
+        pos = torch.arange(T).expand(len(slots), T)
+        ctx = CacheContext.build(self.cache, slots, pos.to(self.device))
+        h = self.model.hidden(tokens.to(self.device), ctx)  # [B, T, dim]
+        last = h[torch.arange(len(slots)), torch.tensor(lens) - 1]  # [B, dim]
+        logits = self.model.logits(last)  # [B, V]
+        firsts = []
+        for i, (slot, sampling) in enumerate(zip(slots, samplings)):
+            gen = None
+            if not sampling.greedy:
+                gen = torch.Generator().manual_seed(sampling.seed if sampling.seed is not None else torch.seed())
+            first = self._pick(logits[i], sampling, gen)
+            seq = _Seq(first, sampling, gen)
+            if self.track_mtp:
+                seq.catchup_h = list(h[i, : lens[i]])
+                seq.catchup_tok = prompts[i][1:] + [first]
+            self.seqs[slot] = seq
+            self.cache.lengths[slot] = lens[i]
+            self.cache.mtp_lengths[slot] = 0
+            firsts.append(first)
+        return firsts
+
+    def _pick(self, logits: torch.Tensor, sampling: Sampling, gen: torch.Generator | None) -> int:
+        if sampling.greedy:
+            return int(logits.argmax())
+        probs = target_distribution(logits, sampling.temperature, sampling.top_p)
+        return int(torch.multinomial(probs, 1, generator=gen))
+
+    # --- drafting ------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def draft_mtp(self, slots: list[int], depths: list[int]) -> list[Draft]:
+        """MTP drafts: one catch-up pass over the rows the MTP block missed, then one pass per extra draft."""
+        drafts = [Draft([], []) for _ in slots]
+        active = [i for i, d in enumerate(depths) if d > 0]
+        if not active:
+            return drafts
+        if not self.track_mtp:
+            raise RuntimeError("this runner has no MTP module (or was built with track_mtp=False)")
+        act_slots = [slots[i] for i in active]
+        seqs = [self.seqs[s] for s in act_slots]
+        rows = [len(s.catchup_tok) for s in seqs]
+        R = max(rows)
+        H = torch.zeros(len(active), R, self.model.cfg.dim, dtype=self.dtype, device=self.device)  # [B, R, dim]
+        toks = torch.zeros(len(active), R, dtype=torch.long)  # [B, R]
+        for b, seq in enumerate(seqs):
+            H[b, : rows[b]] = torch.stack(seq.catchup_h)
+            toks[b, : rows[b]] = torch.tensor(seq.catchup_tok)
+        start = torch.tensor([self.cache.mtp_lengths[s] for s in act_slots])
+        ctx = CacheContext.build(self.cache, act_slots, (start[:, None] + torch.arange(R)).to(self.device))
+        mh, _ = self.model.mtp_hidden(H, toks.to(self.device), ctx)
+        h = mh[torch.arange(len(active)), torch.tensor(rows) - 1]  # [B, dim] MTP hidden that predicts draft 1
+        for s, seq in zip(act_slots, seqs):
+            seq.catchup_h, seq.catchup_tok = [], []
+            self.cache.mtp_lengths[s] = self.cache.lengths[s]
+        idx = list(range(len(active)))  # rows of h still drafting
+        for j in range(1, max(depths) + 1):
+            logits = self.model.mtp_logits(h)  # [B', V]
+            logp = torch.log_softmax(logits.double(), -1)
+            top = logp.max(-1)
+            tok_list = top.indices.tolist()
+            conf_list = top.values.tolist()
+            for b, row in enumerate(idx):
+                d = drafts[active[row]]
+                seq = seqs[row]
+                if seq.sampling.greedy:
+                    d.tokens.append(tok_list[b])
+                else:
+                    q = target_distribution(logits[b], seq.sampling.temperature, seq.sampling.top_p)
+                    d.tokens.append(int(torch.multinomial(q, 1, generator=seq.generator)))
+                    d.q = q[None] if d.q is None else torch.cat([d.q, q[None]])
+                d.confidences.append(conf_list[b])
+            keep = [b for b, row in enumerate(idx) if depths[active[row]] > j]
+            if not keep:
+                break
+            idx = [idx[b] for b in keep]
+            pos = torch.tensor([[self.cache.lengths[act_slots[r]] + j - 1] for r in idx])  # [B', 1]
+            tok = torch.tensor([[drafts[active[r]].tokens[-1]] for r in idx])  # [B', 1]
+            ctx = CacheContext.build(self.cache, [act_slots[r] for r in idx], pos.to(self.device))
+            mh, _ = self.model.mtp_hidden(h[keep][:, None], tok.to(self.device), ctx)
+            h = mh[:, 0]
+        return drafts
+
+    # --- verify --------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def verify(self, slots: list[int], drafts: list[Draft]) -> list[VerifyResult]:
+        """Score [pending, drafts...] of every sequence in one forward; accept, emit, roll back the rest.
+
+        A sequence with no drafts takes a plain decode step. Greedy sequences accept the longest
+        prefix equal to the target's argmax; sampled ones use lossless speculative sampling.
+        """
+        n = len(slots)
+        ks = [len(d.tokens) for d in drafts]
+        for slot, k in zip(slots, ks):
+            if k > self.room(slot):
+                raise ValueError(f"slot {slot}: {k} drafts but room for {self.room(slot)}")
+        T = max(ks) + 1
+        tokens = torch.zeros(n, T, dtype=torch.long)  # [B, T]: pending token then drafts, right-padded
+        for i, (slot, d) in enumerate(zip(slots, drafts)):
+            tokens[i, 0] = self.seqs[slot].pending
+            if d.tokens:
+                tokens[i, 1 : 1 + len(d.tokens)] = torch.tensor(d.tokens)
+        base = torch.tensor([self.cache.lengths[s] for s in slots])
+        ctx = CacheContext.build(self.cache, slots, (base[:, None] + torch.arange(T)).to(self.device))
+        h = self.model.hidden(tokens.to(self.device), ctx)  # [B, T, dim]
+        logits = self.model.logits(h)  # [B, T, V]
+        greedy_rows = logits.argmax(-1).tolist()
+        margin = None
+        if n == 1:
+            top2 = torch.log_softmax(logits[0, 0].double(), -1).topk(2).values
+            margin = float(top2[0] - top2[1])
+        results = []
+        for i, (slot, d) in enumerate(zip(slots, drafts)):
+            seq = self.seqs[slot]
+            if seq.sampling.greedy:
+                a, nxt = greedy_accept(d.tokens, greedy_rows[i])
+            else:
+                p = target_distribution(logits[i, : ks[i] + 1], seq.sampling.temperature, seq.sampling.top_p)
+                a, nxt = speculative_accept(d.tokens, d.q, p, seq.generator)
+            length = int(base[i])
+            self.cache.lengths[slot] = length + ks[i] + 1
+            self.cache.rollback(slot, length + a + 1)  # rejected drafts leave the cache
+            emitted = d.tokens[:a] + [nxt]
+            if self.track_mtp:
+                seq.catchup_h.extend(h[i, : a + 1])
+                seq.catchup_tok.extend(emitted)
+            seq.pending = nxt
+            results.append(VerifyResult(a, emitted, margin))
+        return results

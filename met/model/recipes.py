@@ -1,0 +1,53 @@
+"""The recipe registry: a recipe is a name, a config and a weights file with its digest."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from met.model.config import ModelConfig
+from met.model.transformer import Transformer
+from met.model.weights import file_digest, load_model, read_card
+
+WEIGHTS_DIR = Path(__file__).parent / "weights"
+DEFAULT_RECIPE = "met-tiny-py"
+
+
+class RecipeError(Exception):
+    """A recipe that cannot be used: unknown, missing weights, or weights that are not the recipe's."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    """A model as tables and caches key it: name, config, weights and the digest of those weights."""
+
+    name: str
+    config: ModelConfig
+    weights: Path
+    digest: str  # file_digest of weights, as recorded in the model card
+    card: dict
+
+    @property
+    def id(self) -> str:
+        """What cost tables record as their recipe: name@digest."""
+        return f"{self.name}@{self.digest}"
+
+    def load(self, dtype: torch.dtype = torch.float32, device: str = "cpu") -> Transformer:
+        """The model with this recipe's weights."""
+        return load_model(self.config, self.weights, dtype).to(device)
+
+
+def embedded(name: str = DEFAULT_RECIPE, verify: bool = True) -> Recipe:
+    """A recipe shipped in the package (weights under met/model/weights/); verify checks the digest."""
+    weights = WEIGHTS_DIR / f"{name}.safetensors"
+    card_path = WEIGHTS_DIR / f"{name}.card.json"
+    if not weights.exists() or not card_path.exists():
+        known = sorted(p.name.removesuffix(".safetensors") for p in WEIGHTS_DIR.glob("*.safetensors"))
+        raise RecipeError(f"no embedded recipe {name!r} (known: {', '.join(known) or 'none'}); "
+                          f"train one with: met model train")
+    card = read_card(card_path)
+    config = ModelConfig(**card["config"])
+    if verify and (actual := file_digest(weights)) != card["digest"]:
+        raise RecipeError(f"{weights} has digest {actual}, but its card says {card['digest']}; "
+                          f"the weights were replaced without their card")
+    return Recipe(name, config, weights, card["digest"], card)

@@ -1,0 +1,128 @@
+"""The model runner: speculation never changes greedy output; batching and rollback are invisible."""
+
+import random
+
+import pytest
+import torch
+
+from met.engine.generate import generate
+from met.engine.runner import Draft, ModelRunner, Sampling
+from met.model.config import ModelConfig
+from met.model.transformer import Transformer
+
+
+@pytest.fixture(scope="module")
+def model() -> Transformer:
+    torch.manual_seed(0)
+    m = Transformer(ModelConfig.from_name("micro"))
+    for p in m.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    return m.double().eval()  # float64: argmax ties and batch-shape rounding cannot flip a token
+
+
+def _prompts(seed: int, lengths=(5, 17, 9, 30)) -> list[list[int]]:
+    rng = random.Random(seed)
+    # small alphabet so n-gram proposers find matches
+    return [[rng.randrange(8) for _ in range(n)] for n in lengths]
+
+
+@pytest.mark.parametrize("spec", ["mtp", "ngram", "prompt-lookup"])
+@pytest.mark.parametrize("depth", [1, 3, 4])
+def test_speculation_is_token_identical_to_plain_greedy(model, spec, depth):
+    # every drafting mode, every depth: the same tokens as plain greedy decoding
+    prompts = _prompts(depth)
+    plain = generate(ModelRunner(model, 4), prompts, 48, "off", stop_at_eos=False)
+    spec_out = generate(ModelRunner(model, 4), prompts, 48, spec, depth, stop_at_eos=False)
+    assert [o.tokens for o in spec_out] == [o.tokens for o in plain]
+    assert sum(o.proposed for o in spec_out) > 0
+
+
+def _run_with_drafts(model, prompt, n_tokens, draft_fn):
+    runner = ModelRunner(model, 1)
+    out = runner.prefill([0], [prompt], [Sampling()])
+    while len(out) < n_tokens:
+        drafts = draft_fn(len(out), min(4, runner.room(0)))
+        out += runner.verify([0], [Draft(drafts, [0.0] * len(drafts))])[0].tokens
+    return out[:n_tokens]
+
+
+def test_adversarial_drafts_never_change_greedy_output(model):
+    # drafts copied from the true continuation, then corrupted at a random place or wholly random
+    prompt = _prompts(1)[1]
+    truth = generate(ModelRunner(model, 1), [prompt], 60, "off", stop_at_eos=False)[0].tokens
+    rng = random.Random(7)
+
+    def drafts(done, k):
+        d = truth[done : done + k]
+        if rng.random() < 0.5 and d:
+            d[rng.randrange(len(d))] = rng.randrange(258)
+        return d if rng.random() < 0.8 else [rng.randrange(258) for _ in range(k)]
+
+    assert _run_with_drafts(model, prompt, 60, drafts) == truth
+
+
+def test_batched_verify_equals_each_alone(model):
+    # ragged batch: different prompt lengths and different draft counts per sequence
+    prompts = _prompts(3)
+    drafts = [[1, 2, 3], [], [4], [5, 6, 7, 0]]
+    batch = ModelRunner(model, 4)
+    batch.prefill(list(range(4)), prompts, [Sampling()] * 4)
+    together = batch.verify(list(range(4)), [Draft(d, [0.0] * len(d)) for d in drafts])
+    for i, (p, d) in enumerate(zip(prompts, drafts)):
+        alone = ModelRunner(model, 1)
+        alone.prefill([0], [p], [Sampling()])
+        assert alone.verify([0], [Draft(d, [0.0] * len(d))])[0].tokens == together[i].tokens
+
+
+def test_rollback_leaves_cache_as_if_rejected_tokens_never_ran(model):
+    # verify 4 wrong drafts, then compare the valid cache prefix with a run that never saw them
+    prompt = _prompts(4)[3]
+    a = ModelRunner(model, 1)
+    a.prefill([0], [prompt], [Sampling()])
+    res = a.verify([0], [Draft([257, 257, 257, 257], [0.0] * 4)])[0]
+    assert res.accepted == 0 and a.length(0) == len(prompt) + 1
+    b = ModelRunner(model, 1)
+    b.prefill([0], [prompt], [Sampling()])
+    b.verify([0], [Draft([], [])])
+    n = a.length(0)
+    assert b.length(0) == n
+    assert torch.allclose(a.cache.k[:-1, 0, :n], b.cache.k[:-1, 0, :n], atol=1e-12)
+    assert torch.allclose(a.cache.v[:-1, 0, :n], b.cache.v[:-1, 0, :n], atol=1e-12)
+    # and everything after is the same as well
+    assert generate_after(a) == generate_after(b)
+
+
+def generate_after(runner: ModelRunner, steps: int = 10) -> list[int]:
+    out = []
+    for _ in range(steps):
+        out += runner.verify([0], [Draft([], [])])[0].tokens
+    return out
+
+
+def test_released_slot_is_reused_cleanly(model):
+    # a slot freed mid-sequence serves a new prompt exactly like a fresh runner
+    p1, p2 = _prompts(5)[:2]
+    r = ModelRunner(model, 1)
+    r.prefill([0], [p1], [Sampling()])
+    generate_after(r, 5)
+    r.release(0)
+    first = r.prefill([0], [p2], [Sampling()])
+    fresh = ModelRunner(model, 1)
+    assert first == fresh.prefill([0], [p2], [Sampling()])
+    assert generate_after(r) == generate_after(fresh)
+
+
+def test_sampling_with_speculation_is_seeded_and_runs(model):
+    # temperature > 0 with MTP drafts: same seed, same text; another seed, another text
+    prompts = _prompts(6)[:2]
+    def run(seed):
+        return [o.tokens for o in generate(ModelRunner(model, 2), prompts, 40, "mtp", 3,
+                                           Sampling(temperature=1.0, seed=seed), stop_at_eos=False)]
+    assert run(1) == run(1)
+    assert run(1) != run(2)
+
+
+def test_prefill_rejects_prompts_that_do_not_fit(model):
+    # a prompt longer than the context is refused with the sizes named
+    with pytest.raises(ValueError, match="does not fit"):
+        ModelRunner(model, 1, max_len=16).prefill([0], [[1] * 16], [Sampling()])

@@ -1,0 +1,53 @@
+"""The transformer: HF LlamaForCausalLM parity and cached forward equal to an uncached one."""
+
+import pytest
+import torch
+
+from met.model.config import ModelConfig
+from met.model.hf_export import export_hf
+from met.model.kv_cache import KVCache
+from met.model.transformer import CacheContext, Transformer
+
+
+def _random_model(preset: str = "micro", seed: int = 0) -> Transformer:
+    torch.manual_seed(seed)
+    model = Transformer(ModelConfig.from_name(preset))
+    for p in model.parameters():  # default init is too tame to tell layouts apart
+        torch.nn.init.normal_(p, std=0.3)
+    return model.eval()
+
+
+def test_logits_match_transformers_llama(tmp_path):
+    # the same weights in transformers' LlamaForCausalLM give the same logits (GQA preset)
+    transformers = pytest.importorskip("transformers")
+    model = _random_model()
+    hf = transformers.LlamaForCausalLM.from_pretrained(export_hf(model, tmp_path)).eval()
+    x = torch.randint(0, 256, (2, 40))
+    with torch.no_grad():
+        assert torch.allclose(model(x), hf(x).logits, atol=1e-4, rtol=0)
+
+
+def test_cached_forward_in_chunks_equals_uncached():
+    # prefill 7 tokens, then 1, then 4: same logits as one causal pass over all 12
+    model = _random_model().double()
+    cfg = model.cfg
+    cache = KVCache.allocate(cfg.n_layers + 1, 1, 64, cfg.n_kv_heads, cfg.head_dim, torch.float64)
+    x = torch.randint(0, 256, (1, 12))
+    with torch.no_grad():
+        full = model(x)
+        pieces, start = [], 0
+        for n in (7, 1, 4):
+            pos = torch.arange(start, start + n)[None]
+            pieces.append(model.logits(model.hidden(x[:, start : start + n], CacheContext.build(cache, [0], pos))))
+            start += n
+    assert torch.allclose(torch.cat(pieces, 1), full, atol=1e-10)
+
+
+def test_config_rejects_bad_shapes():
+    # head count must divide the width; kv heads must divide heads
+    with pytest.raises(ValueError, match="n_heads"):
+        ModelConfig(dim=30, n_heads=4)
+    with pytest.raises(ValueError, match="n_kv_heads"):
+        ModelConfig(n_heads=6, n_kv_heads=4)
+    with pytest.raises(KeyError, match="known"):
+        ModelConfig.from_name("nope")
