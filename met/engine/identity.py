@@ -1,0 +1,156 @@
+"""What a cost table is measured under: the box class, each mode's plan digest, the serve's TableKey.
+
+`met bench spec-cost` and `met serve` both build their keys here, so a table measured on a box
+matches a serve on the same box exactly when nothing that moves a step's cost has changed:
+the model config, dtype, device, torch version, threads, attention implementation, compile
+setting or verify arms each change the plan digest of every mode.
+"""
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+from met.model.config import ModelConfig
+from met.speculative.spec_cost import DrafterKey, TableKey
+
+MODES = ("decode", "verify", "draft_mtp")
+"""The step modes a table measures: plain decode (k = 0), verify of k drafts, the MTP draft step."""
+# Later: "draft_dflash" for a block drafter; add it here and the digest covers it as any other mode.
+KNOWN_MODES = MODES + ("draft_dflash",)
+
+_BOX_CLASS = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")  # also a folder name under tables/
+_CPUINFO = Path("/proc/cpuinfo")
+# Words of a CPU or GPU name that say nothing about its speed.
+_NOISE = {"r", "tm", "cpu", "processor", "core", "with", "radeon", "graphics", "corporation"}
+
+
+class Recipeish(Protocol):
+    """What a drafter key needs of a recipe: its name and weights digest (met.model.recipes.Recipe)."""
+
+    name: str
+    digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunSettings:
+    """How the model runs, beyond its config and the mode: everything else that moves a step's cost."""
+
+    dtype: str  # torch dtype name without "torch.", e.g. "float32"
+    device: str  # "cpu", "cuda", "cuda:1"
+    threads: int  # torch intra-op threads (host work: CPU steps, launch overhead on GPU)
+    attention_impl: str = "sdpa"  # F.scaled_dot_product_attention, as met.model.transformer uses
+    compile_setting: str = "eager"  # no torch.compile, no CUDA graphs
+    verify_arms: tuple[int, ...] = ()  # depths the verify path is built for; () = any depth (eager)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dtype", str(self.dtype).removeprefix("torch."))
+        if not hasattr(torch, self.dtype) or not isinstance(getattr(torch, self.dtype), torch.dtype):
+            raise ValueError(f"dtype {self.dtype!r} is not a torch dtype (e.g. float32, bfloat16)")
+        try:
+            torch.device(self.device)
+        except (RuntimeError, TypeError):
+            raise ValueError(f"device {self.device!r} is not a torch device (e.g. cpu, cuda, cuda:0)") from None
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
+            raise ValueError(f"threads {self.threads!r} is not a positive whole number")
+        arms = tuple(self.verify_arms)
+        if any(isinstance(a, bool) or not isinstance(a, int) or a < 0 for a in arms):
+            raise ValueError(f"verify_arms {arms!r} are not depths (whole numbers >= 0)")
+        object.__setattr__(self, "verify_arms", tuple(sorted(set(arms))))
+
+    @classmethod
+    def of(cls, model: torch.nn.Module, threads: int | None = None, **settings) -> "RunSettings":
+        """The settings of a loaded model: its parameters' dtype and device, torch's thread count now."""
+        p = next(model.parameters())
+        return cls(str(p.dtype), str(p.device), threads or torch.get_num_threads(), **settings)
+
+
+def box_class(device: str = "cpu", override: str | None = None) -> str:
+    """The class of box a table is measured on: `nvidia-h200x1`, `cpu-amd-epyc-2t`, or the override.
+
+    A GPU box is named by its device and how many of them it has; a CPU box by its CPU model and
+    torch's thread count (threads change CPU step costs more than anything else on the box).
+    """
+    if override is not None:
+        if not _BOX_CLASS.fullmatch(override):
+            raise ValueError(f"box class {override!r} is not a name of lower-case letters, digits, '.', '_' "
+                             "and '-' (at most 64, starting with a letter or digit), e.g. nvidia-h200x1")
+        return override
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        name = torch.cuda.get_device_name(dev)
+        same = sum(torch.cuda.get_device_name(i) == name for i in range(torch.cuda.device_count()))
+        return f"{_slug(name)}x{same}"[:64]
+    if dev.type == "cpu":
+        return f"cpu-{_slug(cpu_model())}-{torch.get_num_threads()}t"[:64]
+    return f"{dev.type}x1"
+
+
+def device_name(device: str = "cpu") -> str:
+    """The device's model name as its driver reports it (the CPU's from /proc/cpuinfo)."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev)
+    if dev.type == "cpu":
+        return cpu_model()
+    return dev.type
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo, or the platform's processor name where there is none."""
+    try:
+        for line in _CPUINFO.read_text(errors="replace").splitlines():
+            if line.split(":")[0].strip() in ("model name", "Model", "cpu model"):
+                name = line.partition(":")[2].strip()
+                if name:
+                    return name
+    except OSError:
+        pass
+    import platform  # not at the top: only boxes without /proc/cpuinfo get here
+
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _slug(name: str) -> str:
+    """`AMD EPYC 7B13 64-Core Processor` -> `amd-epyc-7b13`; `NVIDIA H200` -> `nvidia-h200`."""
+    name = re.sub(r"@.*$", "", name.lower())  # a clock speed says nothing the model name does not
+    words = [w for w in re.split(r"[^a-z0-9]+", name) if w and w not in _NOISE and not re.fullmatch(r"\d+", w)]
+    return "-".join(words) or "unknown"
+
+
+def plan_digest(mode: str, model_config: ModelConfig, dtype: str, device_name: str, torch_version: str,
+                threads: int, attention_impl: str, compile_setting: str, verify_arms: Iterable[int]) -> str:
+    """sha256 (16 hex) of a canonical JSON of the mode and everything that changes its cost."""
+    if mode not in KNOWN_MODES:
+        raise ValueError(f"mode {mode!r} is not one of {', '.join(KNOWN_MODES)}")
+    doc = {"mode": mode, "model_config": asdict(model_config), "dtype": str(dtype).removeprefix("torch."),
+           "device_name": device_name, "torch_version": torch_version, "threads": threads,
+           "attention_impl": attention_impl, "compile_setting": compile_setting,
+           "verify_arms": sorted(set(verify_arms))}
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def plan_digests(config: ModelConfig, settings: RunSettings, modes: Iterable[str] = MODES) -> dict[str, str]:
+    """The plan digest of each mode, for this box's device and this torch."""
+    name = device_name(settings.device)
+    return {mode: plan_digest(mode, config, settings.dtype, name, torch.__version__, settings.threads,
+                              settings.attention_impl, settings.compile_setting, settings.verify_arms)
+            for mode in modes}
+
+
+def serve_table_key(recipe_id: str, config: ModelConfig, settings: RunSettings, energy_source: str,
+                    modes: Iterable[str] = MODES, box_class_override: str | None = None) -> TableKey:
+    """The key a table must have to be used here: what the bench writes and the serve checks at boot."""
+    return TableKey(box_class(settings.device, box_class_override), recipe_id, energy_source,
+                    plan_digests(config, settings, modes))
+
+
+def mtp_drafter_key(recipe: Recipeish) -> DrafterKey:
+    """The key of a recipe's MTP drafter: the MTP module ships in the recipe's weights, so their digest."""
+    return DrafterKey("mtp", recipe.name, recipe.digest)

@@ -1,0 +1,100 @@
+"""Box class, plan digests and the serve's TableKey (met.engine.identity)."""
+
+import dataclasses
+import re
+
+import pytest
+import torch
+
+from met.engine import identity
+from met.engine.identity import RunSettings, box_class, mtp_drafter_key, plan_digest, serve_table_key
+from met.model.config import ModelConfig
+from met.model.transformer import Transformer
+
+MICRO = ModelConfig.from_name("micro")
+BASE = dict(mode="verify", model_config=MICRO, dtype="float32", device_name="AMD EPYC", torch_version="2.13.0",
+            threads=2, attention_impl="sdpa", compile_setting="eager", verify_arms=())
+
+
+def test_plan_digest_is_stable_and_short():
+    # the same inputs give the same 16-hex digest
+    a, b = plan_digest(**BASE), plan_digest(**BASE)
+    assert a == b and len(a) == 16 and int(a, 16) >= 0
+
+
+@pytest.mark.parametrize("change", [
+    {"mode": "decode"},  # each mode has its own digest
+    {"dtype": "bfloat16"},
+    {"threads": 4},
+    {"torch_version": "2.14.0"},
+    {"device_name": "NVIDIA H200"},
+    {"attention_impl": "eager-math"},
+    {"compile_setting": "cuda-graphs"},
+    {"verify_arms": (2, 3, 4)},
+    {"model_config": MICRO.with_(n_layers=3)},
+    {"model_config": MICRO.with_(mtp_depth=2)},
+])
+def test_plan_digest_changes_with_anything_that_moves_cost(change):
+    assert plan_digest(**{**BASE, **change}) != plan_digest(**BASE)
+
+
+def test_plan_digest_ignores_arm_order_and_dtype_prefix():
+    # (4, 2) and (2, 4) are the same arms; torch.float32 and "float32" the same dtype
+    assert plan_digest(**{**BASE, "verify_arms": (4, 2)}) == plan_digest(**{**BASE, "verify_arms": [2, 4, 4]})
+    assert plan_digest(**{**BASE, "dtype": torch.float32}) == plan_digest(**BASE)
+
+
+def test_plan_digest_refuses_unknown_mode():
+    with pytest.raises(ValueError, match="mode 'turbo'"):
+        plan_digest(**{**BASE, "mode": "turbo"})
+
+
+def test_box_class_cpu_names_model_and_threads(monkeypatch, tmp_path):
+    # the slug drops vendor noise and clock speed; threads come from torch
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: AMD EPYC 7B13 64-Core Processor @ 2.45GHz\n")
+    monkeypatch.setattr(identity, "_CPUINFO", info)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
+    assert box_class("cpu") == "cpu-amd-epyc-7b13-3t"
+
+
+def test_box_class_override_is_validated():
+    assert box_class("cpu", "my-box.1") == "my-box.1"
+    with pytest.raises(ValueError, match="not a name"):
+        box_class("cpu", "../etc")  # it becomes a folder under tables/
+
+
+def test_run_settings_of_model_and_validation():
+    model = Transformer(MICRO).to(torch.bfloat16)
+    s = RunSettings.of(model, threads=2)
+    assert (s.dtype, s.device, s.threads) == ("bfloat16", "cpu", 2)
+    with pytest.raises(ValueError, match="dtype"):
+        RunSettings("float99", "cpu", 1)
+    with pytest.raises(ValueError, match="threads"):
+        RunSettings("float32", "cpu", 0)
+
+
+def test_serve_table_key_matches_itself_and_detects_threads():
+    s = RunSettings("float32", "cpu", 2)
+    key = serve_table_key("micro@0", MICRO, s, "none")
+    assert key.modes == ("decode", "draft_mtp", "verify")
+    assert key.check(serve_table_key("micro@0", MICRO, s, "none")) == []
+    other = serve_table_key("micro@0", MICRO, dataclasses.replace(s, threads=1), "none", modes=("verify",))
+    assert [m.field for m in key.check(other)] == ["plan_digests.verify"]
+
+
+def test_mtp_drafter_key():
+    @dataclasses.dataclass
+    class R:
+        name: str = "met-tiny-py"
+        digest: str = "abcd"
+
+    key = mtp_drafter_key(R())
+    assert (key.kind, key.name, key.digest) == ("mtp", "met-tiny-py", "abcd")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_box_class_cuda():
+    # e.g. nvidia-h200x1: the device's slug and how many of it the box has
+    assert re.fullmatch(r"nvidia-[a-z0-9-]+x\d+", box_class("cuda"))
