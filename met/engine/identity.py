@@ -70,6 +70,16 @@ class RunSettings:
         return cls(str(p.dtype), str(p.device), threads or torch.get_num_threads(), **settings)
 
 
+def default_device() -> str:
+    """Where met runs unless told: the first CUDA device if there is one, else the CPU."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def default_dtype(device: str) -> str:
+    """The dtype met runs in unless told: bfloat16 on a GPU, float32 on a CPU (bf16 matmuls are slow there)."""
+    return "bfloat16" if torch.device(device).type == "cuda" else "float32"
+
+
 def box_class(device: str = "cpu", override: str | None = None) -> str:
     """The class of box a table is measured on: `nvidia-h200x1`, `cpu-amd-epyc-2t`, or the override.
 

@@ -98,3 +98,10 @@ def test_mtp_drafter_key():
 def test_box_class_cuda():
     # e.g. nvidia-h200x1: the device's slug and how many of it the box has
     assert re.fullmatch(r"nvidia-[a-z0-9-]+x\d+", box_class("cuda"))
+
+
+def test_defaults_on_this_box():
+    # float32 on a CPU, bfloat16 on a GPU; the device is cuda only where torch sees one
+    assert identity.default_dtype("cpu") == "float32"
+    assert identity.default_dtype("cuda:0") == "bfloat16"
+    assert identity.default_device() == ("cuda" if torch.cuda.is_available() else "cpu")
