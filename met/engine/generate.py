@@ -3,13 +3,11 @@
 import time
 from dataclasses import dataclass, field
 
+from met.engine.proposer import NGRAM_MAX, SPEC_MODES, Proposer
 from met.engine.runner import Draft, ModelRunner, Sampling
 from met.model.tokenizer import EOS
-from met.speculative import ngram
-from met.speculative.prompt_lookup import LookupParams, PromptLookup
 
-SPEC_MODES = ("off", "mtp", "ngram", "prompt-lookup")
-NGRAM_MAX = 4  # longest suffix the n-gram proposers match
+__all__ = ["NGRAM_MAX", "SPEC_MODES", "Output", "Proposer", "generate"]
 
 
 @dataclass
@@ -28,34 +26,6 @@ class Output:
     finished_by: str = "length"
 
 
-class Proposer:
-    """Drafts for one sequence from a host proposer or the MTP module."""
-
-    def __init__(self, mode: str, prompt: list[int]):
-        if mode not in SPEC_MODES:
-            raise ValueError(f"unknown spec mode {mode!r}; choose one of {', '.join(SPEC_MODES)}")
-        self.mode = mode
-        self.history = list(prompt)
-        self.lookup = PromptLookup(LookupParams(max_ngram=NGRAM_MAX), prompt) if mode == "prompt-lookup" else None
-
-    def host_draft(self, depth: int) -> Draft:
-        """Drafts from the history (ngram / prompt lookup); confidences are unknown (0 log-prob)."""
-        if self.mode == "ngram":
-            toks = ngram.propose(self.history, NGRAM_MAX, 1, depth)
-        elif self.mode == "prompt-lookup":
-            toks = self.lookup.propose(depth)
-        else:
-            toks = []
-        return Draft(list(toks[:depth]), [0.0] * min(len(toks), depth))
-
-    def observe(self, proposed: int, accepted: int, emitted: list[int]) -> None:
-        """Record a verify step's outcome and extend the history."""
-        self.history.extend(emitted)
-        if self.lookup is not None:
-            self.lookup.observe(proposed, accepted)
-            self.lookup.extend(emitted)
-
-
 def generate(runner: ModelRunner, prompts: list[list[int]], max_tokens: int, spec: str = "off", depth: int = 3,
              sampling: Sampling = Sampling(), stop_at_eos: bool = True) -> list[Output]:
     """Generate up to max_tokens per prompt, all prompts as one batch, drafting depth tokens per step."""
@@ -72,6 +42,7 @@ def generate(runner: ModelRunner, prompts: list[list[int]], max_tokens: int, spe
     live = []
     for slot, first in zip(slots, firsts):
         outs[slot].prefill_s = prefill_s
+        proposers[slot].observe(0, 0, [first])  # the first token is history the proposers match against
         if not _emit(outs[slot], proposers[slot], [first], max_tokens, stop_at_eos):
             live.append(slot)
         else:

@@ -34,6 +34,12 @@ def test_snapshot_is_immutable() -> None:
         {"acceptance": (0.5, 1.2)},  # a rate above 1
         {"tokens_per_s": float("nan")},  # non-finite rate
         {"joules_per_token": 0.0},  # zero energy per token is a broken meter
+        {"accepted_at": (3,), "proposed_at": (2,)},  # a position accepted more often than verified
+        {"accepted_at": (1, 0), "proposed_at": (2,)},  # per-position counts of different lengths
+        {"mode_seconds": (("mtp", -1.0),)},  # negative step time
+        {"finished": (("stop", -2),)},  # negative request count
+        {"energy_j": float("inf")},  # non-finite energy
+        {"max_batch": -1},  # negative slot count
     ],
 )
 def test_snapshot_rejects_nonsense(kwargs: dict) -> None:

@@ -1,0 +1,52 @@
+"""Composes the drafting policy a serve runs from its flags (--spec, --spec-cost-model, --lift-wide-tier).
+
+off: plain decode. mtp, static: the MTP gate picks MTP or plain by measured throughput, the
+ladder and adaptive rung pick the depth (policy_mtp.MtpLadderPolicy). mtp, measured: the
+measured planner picks the depth from the cost table and calibration, k = 0 meaning plain
+(policy_mtp.MtpPlannedPolicy). ngram / prompt-lookup: host drafts from the sequence's own history,
+the tenant's shared lookup cache as fallback (policy_lookup.LookupPolicy). The capacity clamp
+applies under every policy (policy_base.clamp_depths).
+"""
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from met.engine.policy_base import PlainPolicy, Policy
+from met.engine.policy_lookup import LookupPolicy
+from met.engine.policy_mtp import MtpLadderPolicy, MtpPlannedPolicy
+from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
+from met.speculative.spec_cost import SpecCostState
+
+SERVE_SPECS = ("off", "mtp", "ngram", "prompt-lookup")
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    """The serve's drafting flags."""
+
+    spec: str = "off"  # off | mtp | ngram | prompt-lookup
+    lookup_depth: int = 4  # host proposers: most drafts per step (prompt-lookup's own window may ask fewer)
+    pools: VerifyPools = DEFAULT_POOLS  # --lift-wide-tier lifts widths 9..=16 to two drafts
+
+    def __post_init__(self) -> None:
+        if self.spec not in SERVE_SPECS:
+            raise ValueError(f"--spec {self.spec!r} is not one of {', '.join(SERVE_SPECS)}")
+        if not 1 <= self.lookup_depth <= 16:
+            raise ValueError(f"lookup depth must be in 1..=16, got {self.lookup_depth}")
+
+
+def build_policy(config: PolicyConfig, num_drafts: int, cost_state: SpecCostState | None = None,
+                 environ: Mapping[str, str] | None = None) -> Policy:
+    """The policy for these flags; cost_state (a SpecCostState) selects the measured planner for MTP."""
+    if config.spec == "off":
+        return PlainPolicy()
+    if config.spec == "mtp":
+        if num_drafts < 1:
+            raise ValueError("--spec mtp needs a model with an MTP module (mtp_depth >= 1)")
+        if cost_state is not None:
+            return MtpPlannedPolicy(cost_state, num_drafts, config.pools)
+        return MtpLadderPolicy(num_drafts, config.pools, os.environ if environ is None else environ)
+    if cost_state is not None:
+        raise ValueError(f"--spec-cost-model measured plans MTP depth; --spec {config.spec} has no calibrated drafter")
+    return LookupPolicy(config.spec, config.lookup_depth, config.pools)

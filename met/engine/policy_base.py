@@ -1,0 +1,81 @@
+"""The drafting-policy interface: a step plan, a step's outcome, the capacity clamp, and the plain policy.
+
+A policy plans a step for the running sequences (mode, depth before clamps, why), drafts, and
+observes the outcome. Every policy's depth goes through `clamp_depths`: the verify pools of the
+width tier and each slot's KV room (spec_capacity), and the request's remaining tokens (a draft
+past max_tokens could never be emitted).
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from met.engine.requests import SeqState
+from met.engine.runner import Draft, ModelRunner
+from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools, clamp_drafts_to_slot_capacity
+from met.speculative.spec_cost.plan import PlanDecision
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    """One tick's decision: the mode, the planned depth, each sequence's depth after clamps, and why."""
+
+    mode: str  # "plain", "mtp", "lookup" or "dflash"
+    depth: int  # drafts per sequence the policy asked for, before the capacity clamp
+    depths: tuple[int, ...]  # per running sequence, after clamps (0: a plain decode row)
+    why: str  # e.g. "ladder", "rung:two", "gate:plain", "plan k=2 ...", with ", clamp:pool" when clamped
+    decision: PlanDecision | None = None  # the measured planner's figures (--spec-cost-model measured)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one sequence got from the step: drafts verified, accepted, and tokens emitted (bonus included)."""
+
+    proposed: int
+    accepted: int
+    emitted: int
+
+
+class Policy(Protocol):
+    """A drafting policy: plan a step, draft for it, observe its outcome."""
+
+    name: str
+
+    def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan: ...
+
+    def draft(self, runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]: ...
+
+    def observe(self, plan: StepPlan, outcomes: Sequence[Outcome], seconds: float) -> None: ...
+
+
+def clamp_depths(depth: int, runner: ModelRunner, seqs: Sequence[SeqState],
+                 pools: VerifyPools = DEFAULT_POOLS) -> tuple[tuple[int, ...], str]:
+    """Per sequence, depth clamped to its slot capacity and its remaining tokens; and the clamp's reason ("" if none)."""
+    if not seqs:
+        return (), ""
+    lens = [runner.length(s.slot) for s in seqs]
+    capped = clamp_drafts_to_slot_capacity(depth, lens, [runner.max_len] * len(seqs), pools)
+    final = tuple(max(0, min(c, s.remaining - 1)) for c, s in zip(capped, seqs))
+    if all(c == depth for c in capped):
+        return final, ""
+    return final, "clamp:pool" if pools.max_drafts(len(seqs)) < depth else "clamp:kv"
+
+
+def joined(why: str, clamp: str) -> str:
+    """A reason with the clamp's appended."""
+    return f"{why}, {clamp}" if clamp else why
+
+
+class PlainPolicy:
+    """--spec off: one token per sequence per step, no drafts."""
+
+    name = "off"
+
+    def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
+        return StepPlan("plain", 0, (0,) * len(seqs), "spec off")
+
+    def draft(self, runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]:
+        return [Draft([], []) for _ in seqs]
+
+    def observe(self, plan: StepPlan, outcomes: Sequence[Outcome], seconds: float) -> None:
+        pass

@@ -1,0 +1,50 @@
+"""Block-drafter policy: the DFlash rung sets the verify width K of a drafter that proposes a block per forward.
+
+A block drafter (DFlash-style, issue 9) costs one forward whatever the block, so the depth is the
+rung's gamma: by concurrency tier for wide steps, by the first-draft accept rate for a single
+stream; then the capacity clamp. The drafter is any callable with the BlockDrafter shape, so the
+policy is wired and tested before the model's block drafter exists.
+"""
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from met.engine.policy_base import Outcome, StepPlan, clamp_depths, joined
+from met.engine.requests import SeqState
+from met.engine.runner import Draft, ModelRunner
+from met.speculative.dflash_rung import DflashRung
+from met.speculative.spec_capacity import VerifyPools
+
+
+class BlockDrafter(Protocol):
+    """Drafts up to depths[i] tokens for each slot in one forward."""
+
+    block: int  # the block size the drafter was trained with: the most drafts it proposes
+
+    def __call__(self, runner: ModelRunner, slots: list[int], depths: list[int]) -> list[Draft]: ...
+
+
+class DflashPolicy:
+    """rung gamma -> clamp -> one block draft -> verify; the rung observes single-stream acceptance."""
+
+    name = "dflash"
+
+    def __init__(self, drafter: BlockDrafter, pools: VerifyPools, rung: DflashRung | None = None):
+        self.drafter = drafter
+        self.pools = pools
+        self.rung = rung if rung is not None else DflashRung()
+
+    def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
+        gamma = self.rung.gamma_for(len(seqs), self.drafter.block)
+        depths, clamp = clamp_depths(gamma, runner, seqs, self.pools)
+        why = f"dflash:{'single' if len(seqs) == 1 else 'tier'}"
+        return StepPlan("dflash", gamma, depths, joined(why, clamp))
+
+    def draft(self, runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]:
+        if not any(plan.depths):
+            return [Draft([], []) for _ in seqs]
+        return self.drafter(runner, [s.slot for s in seqs], list(plan.depths))
+
+    def observe(self, plan: StepPlan, outcomes: Sequence[Outcome], seconds: float) -> None:
+        drafted = [o for o in outcomes if o.proposed > 0]
+        self.rung.observe(len(outcomes), len(drafted), sum(o.accepted > 0 for o in drafted))

@@ -1,0 +1,90 @@
+"""MTP drafting policies: the static one (gate, ladder, adaptive rung) and the measured planner's.
+
+Static (`--spec mtp`): the MTP gate chooses MTP verify or plain decode by the throughput each
+mode delivered; in MTP mode the depth is the ladder's, lifted by the adaptive rung at widths
+9..=16 (which the default verify pools clamp back to one draft unless --lift-wide-tier).
+
+Measured (`--spec mtp --spec-cost-model measured`): SpecCostState.plan chooses k, the most
+expected tokens per joule within the slack of the best tokens/s (tokens/s alone without joules);
+k = 0 is a plain decode step, so the gate is not used. The MTP drafts of a step exist only after
+k is chosen, so the planner is given each sequence's confidences from its previous step's drafts
+(the drafter's top-1 log-probs there, a cheap predictor of how predictable the text is right now);
+positions past them, and new sequences, use the calibration's position priors. kmax is the
+least of the table's, the model's MTP depth and the width tier's verify pool.
+"""
+
+from collections.abc import Mapping, Sequence
+
+from met.engine.policy_base import Outcome, StepPlan, clamp_depths, joined
+from met.engine.requests import SeqState
+from met.engine.runner import Draft, ModelRunner
+from met.speculative.adaptive_rung import AdaptiveRung
+from met.speculative.ladder import mtp_ladder_drafts
+from met.speculative.mtp_gate import MtpGate, Mode
+from met.speculative.spec_capacity import VerifyPools
+from met.speculative.spec_cost import SpecCostState
+
+
+def _draft(runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]:
+    if not any(plan.depths):
+        return [Draft([], []) for _ in seqs]
+    return runner.draft_mtp([s.slot for s in seqs], list(plan.depths))
+
+
+class MtpLadderPolicy:
+    """--spec mtp, static cost model: gate -> ladder + adaptive rung -> clamp."""
+
+    name = "mtp"
+
+    def __init__(self, num_drafts: int, pools: VerifyPools, environ: Mapping[str, str]):
+        self.num_drafts = num_drafts  # the model's MTP depth
+        self.pools = pools
+        self.env = dict(environ)
+        self.gate = MtpGate()
+        self.rung = AdaptiveRung.from_env(self.env)
+
+    def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
+        width = len(seqs)
+        if self.gate.mode() is Mode.PLAIN:
+            return StepPlan("plain", 0, (0,) * width, "gate:plain")
+        depth = self.rung.drafts_for(width, self.num_drafts, self.env)
+        why = "rung:two" if depth > mtp_ladder_drafts(width, self.num_drafts) else "ladder"
+        depths, clamp = clamp_depths(depth, runner, seqs, self.pools)
+        return StepPlan("mtp", depth, depths, joined(why, clamp))
+
+    def draft(self, runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]:
+        return _draft(runner, seqs, plan)
+
+    def observe(self, plan: StepPlan, outcomes: Sequence[Outcome], seconds: float) -> None:
+        mode = Mode.PLAIN if plan.mode == "plain" else Mode.MTP
+        if seconds > 0:
+            self.gate.observe(mode, sum(o.emitted for o in outcomes), seconds)
+        used = max(plan.depths, default=0)
+        full = [o for o in outcomes if o.proposed == used]  # sequences the KV room did not cut short
+        if used > 0 and full:
+            self.rung.observe(len(outcomes), used, len(full), sum(o.accepted for o in full),
+                              sum(o.accepted > 0 for o in full))
+
+
+class MtpPlannedPolicy:
+    """--spec mtp --spec-cost-model measured: the planner's k -> clamp."""
+
+    name = "mtp/measured"
+
+    def __init__(self, state: SpecCostState, num_drafts: int, pools: VerifyPools):
+        self.state = state
+        self.num_drafts = num_drafts
+        self.pools = pools
+
+    def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
+        width = len(seqs)
+        kmax = min(self.state.table.kmax, self.num_drafts, self.pools.max_drafts(width))
+        decision = self.state.plan(width, [list(s.confidences) for s in seqs], kmax)
+        depths, clamp = clamp_depths(decision.k, runner, seqs, self.pools)
+        return StepPlan("mtp" if decision.k else "plain", decision.k, depths, joined(decision.why, clamp), decision)
+
+    def draft(self, runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]:
+        return _draft(runner, seqs, plan)
+
+    def observe(self, plan: StepPlan, outcomes: Sequence[Outcome], seconds: float) -> None:
+        pass  # the planner is pure: the table and calibration are fixed for the life of the serve

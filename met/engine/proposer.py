@@ -1,0 +1,52 @@
+"""Host drafts for one sequence: the n-gram and prompt-lookup proposers over its own history, with a fallback.
+
+The fallback (the scheduler passes the tenant-scoped shared lookup) is asked only when the
+sequence's own history has no match, so a sequence's own text always wins over other requests'.
+"""
+
+from collections.abc import Callable, Sequence
+
+from met.engine.runner import Draft
+from met.speculative import ngram
+from met.speculative.prompt_lookup import LookupParams, PromptLookup
+
+SPEC_MODES = ("off", "mtp", "ngram", "prompt-lookup")
+HOST_MODES = ("ngram", "prompt-lookup")  # modes whose drafts come from the history, not a model
+NGRAM_MAX = 4  # longest suffix the n-gram proposers match
+
+Fallback = Callable[[Sequence[int], int], list[int]]  # (history, most drafts) -> drafts
+
+
+class Proposer:
+    """Drafts for one sequence from a host proposer over its history (prompt + emitted tokens)."""
+
+    def __init__(self, mode: str, prompt: Sequence[int], fallback: Fallback | None = None):
+        if mode not in SPEC_MODES:
+            raise ValueError(f"unknown spec mode {mode!r}; choose one of {', '.join(SPEC_MODES)}")
+        self.mode = mode
+        self.history = list(prompt)
+        self.fallback = fallback
+        self.lookup = PromptLookup(LookupParams(max_ngram=NGRAM_MAX), prompt) if mode == "prompt-lookup" else None
+        self.own = True  # whether the last draft came from this sequence's own history
+
+    def host_draft(self, depth: int) -> Draft:
+        """Up to depth drafts from the history, else from the fallback; confidences are unknown (0 log-prob)."""
+        if self.mode == "ngram":
+            toks = ngram.propose(self.history, NGRAM_MAX, 1, depth) if depth > 0 else []
+        elif self.mode == "prompt-lookup":
+            toks = self.lookup.propose(depth) if depth > 0 else []
+        else:
+            return Draft([], [])
+        self.own = bool(toks)
+        if not toks and self.fallback is not None and depth > 0:
+            toks = self.fallback(self.history, depth)
+        toks = list(toks[:depth])
+        return Draft(toks, [0.0] * len(toks))
+
+    def observe(self, proposed: int, accepted: int, emitted: list[int]) -> None:
+        """Record a verify step's outcome and extend the history."""
+        self.history.extend(emitted)
+        if self.lookup is not None:
+            # the copy window tracks the sequence's own matches; a fallback copy says nothing of them
+            self.lookup.observe(proposed if self.own else 0, accepted if self.own else 0)
+            self.lookup.extend(emitted)

@@ -1,0 +1,312 @@
+"""Continuous batching: requests arrive on a queue; each tick admits, plans, drafts, verifies and streams out.
+
+A tick reads as schedule -> run -> postprocess:
+  schedule: take new requests and cancels from the inbox, free cancelled slots, admit waiting
+            requests into free slots (one batched prefill, which emits each one's first token),
+            and let the policy plan the step's mode and depths (policy.py: gate, ladder, rung,
+            measured planner or host lookup, then the capacity clamp);
+  run:      draft, then one batched verify forward (greedy: longest matching prefix + bonus;
+            temperature > 0: lossless speculative sampling), rejected drafts rolled back;
+  postprocess: stream each sequence's new text, retire finished ones (EOS, stop string,
+            max_tokens, cancel) and free their slots at once, count, publish a snapshot.
+
+The scheduler thread is the only one that touches the runner, the shared lookup cache (no
+lock), SpecStats and the counters; other threads only submit, cancel and read snapshots.
+A step that raises fails the sequences in it (each gets a Failed event, its slot freed) and
+the loop goes on, so one bad request never stops the others.
+"""
+
+import logging
+import math
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from met.engine.policy_base import Outcome, Policy, StepPlan
+from met.engine.proposer import HOST_MODES, Proposer
+from met.engine.requests import Delta, Failed, Finished, Request, SeqState, Sink
+from met.engine.runner import Draft, ModelRunner, VerifyResult
+from met.engine.textstream import TextStream
+from met.engine.tick_counters import TickCounters
+from met.model.tokenizer import EOS
+from met.speculative.shared_lookup import ScopeKey, SharedLookup
+from met.speculative.snapshot import SchedulerSnapshot, SnapshotCell
+from met.speculative.spec_stats import SpecStats
+
+log = logging.getLogger("met.scheduler")
+
+TOKENIZER = "byte"  # the shared-lookup scope's tokenizer: the embedded recipes are byte-level
+IDLE_WAIT_S = 0.25  # an idle scheduler wakes this often to publish a snapshot
+
+
+class Draining(RuntimeError):
+    """The scheduler is draining for shutdown and takes no new requests."""
+
+
+class Scheduler:
+    """Owns a ModelRunner and serves requests on its own thread."""
+
+    def __init__(self, runner: ModelRunner, policy: Policy, model_id: str, *,
+                 shared: SharedLookup | None = None, clock: Callable[[], float] = time.perf_counter):
+        self.runner = runner
+        self.policy = policy
+        self.model_id = model_id  # the shared-lookup scope's model: recipe name@digest
+        self.shared = shared if shared is not None else SharedLookup()
+        self.clock = clock
+        self.stats = SpecStats()
+        self.counters = TickCounters()
+        self.cell = SnapshotCell()
+        self.host_drafts = policy.name in HOST_MODES
+        self.waiting: deque[tuple[Request, Sink]] = deque()
+        self.running: list[SeqState] = []
+        self.free_slots = list(range(runner.cache.max_batch))
+        self.ticks = 0
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()  # ("submit", Request, Sink) | ("cancel", id, None)
+        self._early: list = []  # inbox items the idle wait took, before the rest of the inbox
+        self._draining = False
+        self._thread: threading.Thread | None = None
+
+    # --- any thread --------------------------------------------------------------------------
+
+    @property
+    def max_len(self) -> int:
+        """Longest sequence (prompt + generated) a slot holds."""
+        return self.runner.max_len
+
+    @property
+    def started(self) -> bool:
+        """Whether start() has run."""
+        return self._thread is not None
+
+    @property
+    def draining(self) -> bool:
+        """Whether shutdown has begun (no new requests are taken)."""
+        return self._draining
+
+    def submit(self, request: Request, sink: Sink) -> None:
+        """Queue a request; its events go to sink. Raises Draining once shutdown has begun."""
+        if self._draining:
+            raise Draining("the server is shutting down and takes no new requests")
+        self._inbox.put(("submit", request, sink))
+
+    def cancel(self, request_id: str) -> None:
+        """Drop a request (client gone): its slot is freed at the start of the next tick."""
+        self._inbox.put(("cancel", request_id, None))
+
+    def start(self) -> None:
+        """Run the loop on a daemon thread."""
+        if self._thread is not None:
+            raise RuntimeError("the scheduler is already running")
+        self._thread = threading.Thread(target=self._loop, name="met-scheduler", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Drain: refuse new requests, finish every queued and running one, stop. False if still busy at timeout."""
+        self._draining = True
+        self._inbox.put(("wake", None, None))
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    # --- the scheduler thread ----------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            if not (self.running or self.waiting):
+                if self._draining and self._inbox.empty() and not self._early:
+                    break
+                self._wait_for_work()
+            self.tick()
+        self._publish(None)
+
+    def _wait_for_work(self) -> None:
+        try:
+            self._early.append(self._inbox.get(timeout=IDLE_WAIT_S))  # taken first by the next tick, in order
+        except queue.Empty:
+            pass
+
+    def tick(self) -> None:
+        """One scheduler iteration: schedule -> run -> postprocess; always publishes a snapshot."""
+        self.ticks += 1
+        self._take_inbox()
+        self._admit()
+        plan = None
+        if self.running:
+            seqs = list(self.running)
+            try:
+                plan = self.policy.plan(self.runner, seqs)
+                drafts, results, seconds = self._run(seqs, plan)
+                self._postprocess(seqs, plan, drafts, results, seconds)
+            except Exception as exc:  # a bug or a bad request in this step: fail its sequences, keep serving
+                log.exception("scheduler step failed; failing its %d sequences", len(seqs))
+                self.counters.failed_ticks += 1
+                for seq in seqs:
+                    if seq in self.running:
+                        self._retire(seq, "error", Failed(f"the engine failed this step: {exc}"))
+        self._publish(plan)
+
+    # schedule
+
+    def _take_inbox(self) -> None:
+        cancels = set()
+        while True:
+            try:
+                kind, item, sink = self._early.pop(0) if self._early else self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if kind == "submit":
+                self.waiting.append((item, sink))
+            elif kind == "cancel":
+                cancels.add(item)
+        if not cancels:
+            return
+        for seq in [s for s in self.running if s.request.id in cancels]:
+            self._retire(seq, "cancelled")
+        kept = deque()
+        for request, sink in self.waiting:
+            if request.id in cancels:
+                self.counters.record_finish("cancelled")
+                sink.put(Finished("cancelled", "", len(request.prompt), 0))
+            else:
+                kept.append((request, sink))
+        self.waiting = kept
+
+    def _admit(self) -> None:
+        admitted: list[SeqState] = []
+        while self.waiting and self.free_slots:
+            request, sink = self.waiting.popleft()
+            if len(request.prompt) + 1 > self.max_len:
+                self.counters.record_finish("error")
+                sink.put(Failed(f"the prompt's {len(request.prompt)} tokens do not fit the context of {self.max_len}"))
+                continue
+            seq = SeqState(request, sink, self.free_slots.pop(), self._proposer(request), TextStream(request.stop))
+            admitted.append(seq)
+        if not admitted:
+            return
+        try:
+            firsts = self.runner.prefill([s.slot for s in admitted], [list(s.request.prompt) for s in admitted],
+                                         [s.request.sampling for s in admitted])
+        except Exception as exc:
+            log.exception("prefill of %d requests failed", len(admitted))
+            for seq in admitted:
+                self.running.append(seq)
+                self._retire(seq, "error", Failed(f"prefill failed: {exc}"))
+            return
+        for seq, first in zip(admitted, firsts):
+            self.running.append(seq)
+            seq.proposer.observe(0, 0, [first])
+            self.counters.emitted += 1
+            self._emit(seq, [first])
+        for seq in [s for s in admitted if s.finish]:
+            self._retire(seq, seq.finish)
+
+    def _proposer(self, request: Request) -> Proposer:
+        if not self.host_drafts:
+            return Proposer("off", request.prompt)
+        scope = self.scope(request)
+        return Proposer(self.policy.name, request.prompt,
+                        fallback=lambda history, k: self.shared.propose(scope, history, k))
+
+    def scope(self, request: Request) -> ScopeKey:
+        """The shared-lookup scope of a request: only requests of one scope ever share tokens."""
+        return ScopeKey(self.model_id, TOKENIZER, None, request.tenant)
+
+    # run
+
+    def _run(self, seqs: Sequence[SeqState], plan: StepPlan) -> tuple[list[Draft], list[VerifyResult], float]:
+        t0 = self.clock()
+        drafts = self.policy.draft(self.runner, seqs, plan)
+        for d, k in zip(drafts, plan.depths):
+            if len(d.tokens) > k:
+                raise RuntimeError(f"the drafter proposed {len(d.tokens)} drafts where the clamp allows {k}")
+        results = self.runner.verify([s.slot for s in seqs], drafts)
+        return drafts, results, max(self.clock() - t0, 1e-9)
+
+    # postprocess
+
+    def _postprocess(self, seqs: Sequence[SeqState], plan: StepPlan, drafts: list[Draft],
+                     results: list[VerifyResult], seconds: float) -> None:
+        outcomes = []
+        for seq, d, r in zip(seqs, drafts, results):
+            k = len(d.tokens)
+            outcomes.append(Outcome(k, r.accepted, len(r.tokens)))
+            # only the prefix up to the first rejection is known to match: the runner stops judging there
+            self.stats.record_verify([i < r.accepted for i in range(k)])
+            self.counters.record_chain(k, r.accepted)
+            seq.confidences = list(d.confidences)
+            seq.proposer.observe(k, r.accepted, r.tokens)
+            self._emit(seq, r.tokens)
+        if len(seqs) == 1 and results[0].margin is not None and math.isfinite(results[0].margin):
+            # the runner's margin is in log-prob: under 0.05 the runner-up is within 5% of the top token
+            self.stats.record_b1_margin(1, results[0].margin)
+        self.stats.record_step(plan.mode, seconds)
+        energy = plan.decision.energy_j if plan.decision is not None else None
+        self.counters.record_step(sum(o.emitted for o in outcomes), seconds, energy)
+        self.policy.observe(plan, outcomes, seconds)
+        for seq in [s for s in seqs if s.finish]:
+            self._retire(seq, seq.finish)
+
+    def _emit(self, seq: SeqState, tokens: list[int]) -> None:
+        """Stream a sequence's new tokens; mark it finished on EOS, a stop string, max_tokens or a full context."""
+        eos = EOS in tokens
+        take = tokens[: tokens.index(EOS)] if eos else tokens
+        take = take[: seq.remaining]
+        delta, used = seq.text.feed(take)
+        seq.generated.extend(take[:used])
+        if delta:
+            seq.sink.put(Delta(delta, used))
+        if seq.text.stopped_by is not None or (eos and used == len(take) and seq.remaining > 0):
+            seq.finish = "stop"
+        elif seq.remaining <= 0 or self.runner.room(seq.slot) < 0:
+            seq.finish = "length"
+
+    def _retire(self, seq: SeqState, reason: str, event: Finished | Failed | None = None) -> None:
+        """Take a sequence out: free its slot, hand its tokens to the shared cache, send its last event."""
+        self.running.remove(seq)
+        self.runner.release(seq.slot)
+        self.free_slots.append(seq.slot)
+        self.counters.record_finish(reason)
+        if self.host_drafts and reason in ("stop", "length"):
+            self.shared.add_request(self.scope(seq.request), [*seq.request.prompt, *seq.generated])
+        if event is None:
+            tail = seq.text.finish()
+            event = Finished(reason, tail, len(seq.request.prompt), seq.text.tokens)
+        seq.sink.put(event)
+
+    def _publish(self, plan: StepPlan | None) -> None:
+        s, c = self.stats, self.counters
+        decision = plan.decision if plan is not None else None
+        jpt = None
+        if decision is not None and decision.energy_j is not None and decision.expected_tokens > 0:
+            jpt = decision.energy_j / decision.expected_tokens
+        self.cell.publish(SchedulerSnapshot(
+            tick=self.ticks,
+            width=len(plan.depths) if plan is not None else 0,
+            active=len(self.running),
+            queued=len(self.waiting) + self._inbox.qsize(),
+            mode=plan.mode if plan is not None else "idle",
+            depth=plan.depth if plan is not None else 0,
+            why=plan.why if plan is not None else "",
+            acceptance=c.acceptance(),
+            tokens_per_s=c.tokens_per_s(),
+            joules_per_token=jpt if jpt is None or jpt > 0 else None,
+            drafts_proposed=s.proposed,
+            drafts_accepted=s.accepted,
+            emitted_tokens=c.emitted,
+            spec=self.policy.name,
+            max_batch=self.runner.cache.max_batch,
+            drafted=s.drafted,
+            draft_steps=s.verify_seq_steps,
+            accepted_at=tuple(c.accepted_at),
+            proposed_at=tuple(c.proposed_at),
+            mode_steps=tuple(sorted(s.mode_steps.items())),
+            mode_seconds=tuple(sorted(s.mode_seconds.items())),
+            planned_tokens_per_s=decision.tokens_per_s if decision is not None else None,
+            energy_j=c.energy_j,
+            shared_lookup_tokens=self.shared.tokens_held,
+            finished=tuple(sorted(c.finished.items())),
+            failed_ticks=c.failed_ticks,
+        ))

@@ -1,0 +1,194 @@
+"""Continuous batching: every policy gives plain greedy's text, slots are freed at once, failures stay local."""
+
+import random
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from met.engine.generate import generate
+from met.engine.policy import PolicyConfig, build_policy
+from met.engine.policy_base import PlainPolicy
+from met.engine.requests import Failed, Finished, QueueSink, Request
+from met.engine.runner import ModelRunner, Sampling, VerifyResult
+from met.engine.scheduler import Draining, Scheduler
+from met.model.config import ModelConfig
+from met.model.tokenizer import EOS, decode, encode
+from met.model.transformer import Transformer
+
+
+@pytest.fixture(scope="module")
+def model() -> Transformer:
+    torch.manual_seed(0)
+    m = Transformer(ModelConfig.from_name("micro"))
+    for p in m.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    return m.double().eval()  # float64: batch shape cannot flip a greedy token
+
+
+def _prompts(n: int, seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(97, 105) for _ in range(rng.randrange(2, 40))] for _ in range(n)]
+
+
+def _solo(model, prompt: list[int], max_tokens: int) -> str:
+    return decode(generate(ModelRunner(model, 1), [prompt], max_tokens, "off")[0].tokens)
+
+
+def _drive(scheduler: Scheduler, requests: list[Request]) -> list[tuple[str, Finished | Failed]]:
+    """Submit every request and tick on this thread until all have finished."""
+    sinks = []
+    for r in requests:
+        sinks.append(QueueSink())
+        scheduler.submit(r, sinks[-1])
+    for _ in range(10_000):
+        if all(not s.queue.empty() and _ended(s) for s in sinks):
+            break
+        scheduler.tick()
+    return [s.collect(timeout=1) for s in sinks]
+
+
+def _ended(sink: QueueSink) -> bool:
+    return any(isinstance(e, Finished | Failed) for e in list(sink.queue.queue))
+
+
+@pytest.mark.parametrize("spec", ["off", "mtp", "ngram", "prompt-lookup"])
+def test_every_policy_gives_plain_greedy_text(model, spec):
+    # 12 requests of different lengths and limits through 4 slots: each text equals its solo plain greedy run
+    prompts = _prompts(12)
+    limits = [5 + 7 * i % 40 for i in range(12)]
+    sched = Scheduler(ModelRunner(model, 4), build_policy(PolicyConfig(spec), model.cfg.mtp_depth), "micro@t")
+    out = _drive(sched, [Request(str(i), tuple(p), m) for i, (p, m) in enumerate(zip(prompts, limits))])
+    assert [text for text, _ in out] == [_solo(model, p, m) for p, m in zip(prompts, limits)]
+    assert all(isinstance(e, Finished) and e.completion_tokens <= m for (_, e), m in zip(out, limits))
+    assert sched.free_slots and len(sched.free_slots) == 4 and not sched.running
+    if spec != "off":
+        assert sched.stats.proposed > 0
+
+
+def test_wide_batches_use_the_wide_tier_and_stay_exact(model):
+    # 16 at once: widths 9..=16 take the one-draft tier, and every text is still its solo text
+    prompts = _prompts(16, seed=1)
+    sched = Scheduler(ModelRunner(model, 16), build_policy(PolicyConfig("mtp"), model.cfg.mtp_depth), "micro@t")
+    out = _drive(sched, [Request(str(i), tuple(p), 24) for i, p in enumerate(prompts)])
+    assert [text for text, _ in out] == [_solo(model, p, 24) for p in prompts]
+
+
+def test_cancel_frees_the_slot_at_the_next_tick(model):
+    # a cancelled running request leaves at once; a cancelled queued one never takes a slot
+    sched = Scheduler(ModelRunner(model, 1), PlainPolicy(), "micro@t")
+    a, b = QueueSink(), QueueSink()
+    sched.submit(Request("a", (97, 98), 100), a)
+    sched.submit(Request("b", (97, 98), 100), b)
+    sched.tick()
+    assert [s.request.id for s in sched.running] == ["a"] and sched.free_slots == []
+    sched.cancel("a")
+    sched.cancel("b")
+    sched.tick()
+    assert sched.running == [] and sched.free_slots == [0] and not sched.waiting
+    assert a.collect()[1].reason == "cancelled" and b.collect()[1].reason == "cancelled"
+    assert dict(sched.cell.latest().finished) == {"cancelled": 2}
+
+
+class ScriptedRunner:
+    """A runner stand-in that emits a fixed script per prompt, several tokens per step."""
+
+    def __init__(self, scripts: dict[tuple[int, ...], list[int]], per_step: int = 3, max_len: int = 64):
+        self.scripts, self.per_step, self.max_len = scripts, per_step, max_len
+        self.cache = SimpleNamespace(max_batch=2)
+        self.pos: dict[int, tuple[list[int], int]] = {}
+
+    def prefill(self, slots, prompts, samplings):
+        for s, p in zip(slots, prompts):
+            self.pos[s] = (self.scripts[tuple(p)], 1)
+        return [self.scripts[tuple(p)][0] for p in prompts]
+
+    def verify(self, slots, drafts):
+        out = []
+        for s in slots:
+            script, i = self.pos[s]
+            out.append(VerifyResult(0, script[i : i + self.per_step]))
+            self.pos[s] = (script, i + self.per_step)
+        return out
+
+    def length(self, slot):
+        return 1
+
+    def room(self, slot):
+        return 10
+
+    def release(self, slot):
+        self.pos.pop(slot, None)
+
+
+def test_eos_stop_strings_and_max_tokens():
+    # EOS ends with "stop" and is not counted; a stop string cuts the text; max_tokens trims a multi-token step
+    script = encode("hello") + [EOS] + encode("junk")
+    story = encode("one. two. three.")
+    runner = ScriptedRunner({(1,): script, (2,): story, (3,): story})
+    sched = Scheduler(runner, PlainPolicy(), "t@t")
+    out = _drive(sched, [Request("eos", (1,), 50), Request("stop", (2,), 50, stop=(" two",)),
+                         Request("len", (3,), 7)])
+    assert out[0][0] == "hello" and (out[0][1].reason, out[0][1].completion_tokens) == ("stop", 5)
+    assert out[1][0] == "one." and out[1][1].reason == "stop"
+    assert out[2][0] == "one. tw" and (out[2][1].reason, out[2][1].completion_tokens) == ("length", 7)
+
+
+class _Boom(PlainPolicy):
+    def __init__(self):
+        self.fail = True
+
+    def draft(self, runner, seqs, plan):
+        if self.fail:
+            self.fail = False
+            raise RuntimeError("kaboom")
+        return super().draft(runner, seqs, plan)
+
+
+def test_a_failing_step_fails_its_sequences_and_serving_goes_on(model):
+    # the step raises once: its sequence gets Failed and its slot back; the next request is served normally
+    sched = Scheduler(ModelRunner(model, 2), _Boom(), "micro@t")
+    first = _drive(sched, [Request("a", (97, 98, 99), 10)])
+    assert isinstance(first[0][1], Failed) and "kaboom" in first[0][1].message
+    assert sorted(sched.free_slots) == [0, 1] and sched.cell.latest().failed_ticks == 1
+    second = _drive(sched, [Request("b", (97, 98, 99), 10)])
+    assert second[0][0] == _solo(model, [97, 98, 99], 10)
+
+
+def test_prompt_longer_than_the_context_is_failed_not_run(model):
+    # the scheduler's own guard: the request fails, nothing is prefilled
+    sched = Scheduler(ModelRunner(model, 1), PlainPolicy(), "micro@t")
+    out = _drive(sched, [Request("x", tuple([97] * 200), 4)])
+    assert isinstance(out[0][1], Failed) and "context" in out[0][1].message and sched.free_slots == [0]
+
+
+def test_stop_drains_then_refuses(model):
+    # on its thread: stop() finishes what was queued, then new requests raise Draining
+    sched = Scheduler(ModelRunner(model, 2), PlainPolicy(), "micro@t")
+    sched.start()
+    sinks = [QueueSink() for _ in range(5)]
+    for i, s in enumerate(sinks):
+        sched.submit(Request(str(i), (97 + i, 98), 20), s)
+    assert sched.stop(timeout=30)
+    assert all(s.collect(timeout=1)[1].reason == "length" for s in sinks)
+    with pytest.raises(Draining):
+        sched.submit(Request("late", (97,), 2), QueueSink())
+
+
+def test_sampling_is_served_and_seeded(model):
+    # temperature > 0: max_tokens tokens, and the same seed gives the same text (plain decode)
+    sched = Scheduler(ModelRunner(model, 2), PlainPolicy(), "micro@t")
+    req = [Request(str(i), (97, 98), 16, Sampling(0.8, 0.9, seed=5)) for i in range(2)]
+    out = _drive(sched, req)
+    assert out[0][0] == out[1][0] and out[0][1].completion_tokens == 16
+
+
+def test_shared_lookup_is_scoped_by_tenant(model):
+    # alice's finished request is copied from by alice's next sequence, never by bob's
+    sched = Scheduler(ModelRunner(model, 2), build_policy(PolicyConfig("prompt-lookup"), 4), "micro@t")
+    sched.shared.add_request(sched.scope(Request("old", (1,), 1, tenant="alice")), [5, 6, 7, 8, 9])
+    history = [1, 2, 5, 6]  # no match in its own history, but (5, 6) occurred in alice's request
+    alice = sched._proposer(Request("a", tuple(history), 4, tenant="alice"))
+    bob = sched._proposer(Request("b", tuple(history), 4, tenant="bob"))
+    assert alice.host_draft(3).tokens == [7, 8, 9]
+    assert bob.host_draft(3).tokens == []
