@@ -1,5 +1,6 @@
 """The `met model` sub-app: train the embedded recipe and describe it."""
 
+import json
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -81,5 +82,48 @@ def train_cmd(
                     "mtp1_bits_per_byte": round(stats["heldout_mtp1_bpb"], 4),
                     "teacher_forced_first_draft_acceptance": round(stats["heldout_accept1_tf"], 4)},
     }
+    if cfg.mtp_depth:
+        # CLI modules sit on top of the package, so this one may use the engine to decode for real.
+        from met.engine.evaluate import mtp_acceptance
+
+        card["acceptance"] = mtp_acceptance(model.eval(), prompts=16, max_tokens=min(128, cfg.max_seq_len // 4),
+                                            depth=min(4, cfg.mtp_depth),
+                                            prompt_bytes=min(256, cfg.max_seq_len // 2))
     write_card(card, out_dir / f"{preset}.card.json")
     console.print(f"wrote {out_dir / (preset + '.safetensors')} (digest {digest}) and its card")
+
+
+@model_app.command("info")
+def info_cmd(
+    recipe: Annotated[str, typer.Option(help="Embedded recipe name.")] = "met-tiny-py",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the whole card as JSON.")] = False,
+) -> None:
+    """Print the recipe, its parameter count, weights digest and model card."""
+    from met.exit_codes import EX_NOINPUT
+    from met.model.recipes import RecipeError, embedded
+
+    try:
+        r = embedded(recipe)
+    except RecipeError as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(EX_NOINPUT)
+    if as_json:
+        typer.echo(json.dumps(r.card, indent=2, sort_keys=True))
+        return
+    card = r.card
+    out = Console()
+    out.print(f"[bold]{r.id}[/bold]  ({r.weights})")
+    out.print(f"parameters: {card['parameters']:,} ({card['parameters_without_mtp']:,} without the MTP module)")
+    c = r.config
+    out.print(f"config: dim {c.dim}, layers {c.n_layers}, heads {c.n_heads}/{c.n_kv_heads} kv, ffn {c.ffn_dim}, "
+              f"context {c.max_seq_len}, vocab {c.vocab_size}, MTP depth {c.mtp_depth}")
+    corpus = card["corpus"]
+    out.print(f"corpus: {corpus['source']}: {corpus['train_files']} train files ({corpus['train_tokens']:,} bytes), "
+              f"{corpus['heldout_files']} held out ({corpus['heldout_rule']})")
+    t = card["training"]
+    out.print(f"training: {t['steps']} steps x {t['batch']} x {t['seq_len']}, {t['tokens_seen']:,} tokens, "
+              f"{t['wall_s'] / 60:.0f} min on {t['threads']} threads")
+    for name, value in card["heldout"].items():
+        out.print(f"held-out {name.replace('_', ' ')}: {value}")
+    for depth, rate in card.get("acceptance", {}).get("per_position", {}).items():
+        out.print(f"MTP greedy acceptance at draft {depth}: {rate}")

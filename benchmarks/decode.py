@@ -1,0 +1,143 @@
+"""Decode benchmark: plain and speculative tokens/s at widths 1, 4, 16, and host overhead at width 1.
+
+Run: python3 benchmarks/decode.py [--tokens 96] [--repeats 3] [--out benchmarks/results/decode.md]
+
+Every configuration runs the same held-out prompts through the same engine, interleaved over
+repeats (A B C A B C ...), and reports the median. "Outside forward" is the share of step wall
+time not spent inside the model's forward calls (embedding, layers, heads of the target and the
+MTP module): tensor set-up, acceptance, bookkeeping.
+"""
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from met.engine.generate import generate
+from met.engine.runner import ModelRunner
+from met.model.corpus import heldout_prompts
+from met.model.recipes import embedded
+from met.model.tokenizer import encode
+
+FORWARDS = ("hidden", "logits", "mtp_hidden", "mtp_logits")
+
+
+class ForwardTimer:
+    """Wraps the model's forward entry points and records the wall-time interval of every call."""
+
+    def __init__(self, model):
+        self.model, self.intervals = model, []
+
+    def __enter__(self):
+        for name in FORWARDS:
+            fn = getattr(self.model, name)
+
+            def timed(*a, _fn=fn, **k):
+                t = time.perf_counter()
+                out = _fn(*a, **k)
+                self.intervals.append((t, time.perf_counter()))
+                return out
+
+            setattr(self.model, name, timed)
+        return self
+
+    def __exit__(self, *exc):
+        for name in FORWARDS:
+            delattr(self.model, name)
+
+    def inside(self, start: float, end: float) -> float:
+        """Seconds of forward calls that began within [start, end]."""
+        return sum(b - a for a, b in self.intervals if start <= a <= end)
+
+
+def run(model, prompts, width, spec, depth, tokens):
+    """(tokens/s, accepted drafts per step) generating `tokens` per prompt, `width` prompts at a time."""
+    runner = ModelRunner(model, max_batch=width)
+    emitted, wall, steps, accepted = 0, 0.0, 0, 0
+    for i in range(0, len(prompts), width):
+        outs = generate(runner, prompts[i : i + width], tokens, spec, depth, stop_at_eos=False)
+        emitted += sum(len(o.tokens) for o in outs)
+        wall += outs[0].decode_s
+        steps += sum(o.steps for o in outs)
+        accepted += sum(o.accepted for o in outs)
+    return emitted / wall, accepted / max(1, steps)
+
+
+def outside_share(model, prompts, spec, depth, tokens) -> float:
+    """Share of width-1 decode wall time spent outside the model's forward calls."""
+    runner = ModelRunner(model, 1)
+    wall = forward = 0.0
+    with ForwardTimer(model) as ft:
+        for p in prompts:
+            out = generate(runner, [p], tokens, spec, depth, stop_at_eos=False)[0]
+            end = time.perf_counter()
+            wall += out.decode_s
+            forward += ft.inside(end - out.decode_s, end)
+    return 1 - forward / wall
+
+
+CONFIGS = [("off", 0), ("mtp", 1), ("mtp", 2), ("mtp", 3), ("prompt-lookup", 4)]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokens", type=int, default=96, help="tokens generated per prompt")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--prompts", type=int, default=16, help="held-out prompts (width 1 and 4 use 4 of them)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/decode.md"))
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    recipe = embedded()
+    model = recipe.load()
+    prompts = [encode(p) for p in heldout_prompts(args.prompts, prompt_bytes=200)]
+    configs = [(w, s, d) for w in (1, 4, 16) for s, d in CONFIGS]
+    rates: dict = {c: [] for c in configs}
+    accepts: dict = {}
+    for _ in range(args.repeats):  # interleaved: every config once per repeat
+        for c in configs:
+            w, s, d = c
+            rate, acc = run(model, prompts[: max(w, 4)], w, s, d, args.tokens)
+            rates[c].append(rate)
+            accepts[c] = acc
+    outside = {(s, d): outside_share(model, prompts[:4], s, d, args.tokens) for s, d in (("off", 0), ("mtp", 3))}
+    lines = [
+        "# Decode: plain and speculative tokens/s by width",
+        "",
+        f"Command: `python3 {' '.join(sys.argv)}`",
+        "",
+        f"Machine: `{platform.platform()}`, {torch.get_num_threads()} torch thread(s), torch {torch.__version__}; "
+        f"recipe `{recipe.id}`; {args.tokens} tokens per prompt, {args.repeats} interleaved repeats, median.",
+        "",
+        "| width | drafting | depth | tokens/s | spread | x plain | accepted drafts/step |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    result = {"command": " ".join(sys.argv), "recipe": recipe.id, "rows": [], "outside_forward_share": {}}
+    for w in (1, 4, 16):
+        base = statistics.median(rates[(w, "off", 0)])
+        for s, d in CONFIGS:
+            r = rates[(w, s, d)]
+            med = statistics.median(r)
+            spread = (max(r) - min(r)) / med
+            lines.append(f"| {w} | {s} | {d} | {med:.1f} | {spread:.0%} | {med / base:.2f} | {accepts[(w, s, d)]:.2f} |")
+            result["rows"].append({"width": w, "spec": s, "depth": d, "tokens_per_s": med, "spread": spread,
+                                   "vs_plain": med / base, "accepted_per_step": accepts[(w, s, d)]})
+    lines += ["", "Share of width-1 decode step wall time outside the model forward (bookkeeping, tensors, acceptance):", ""]
+    for (s, d), share in outside.items():
+        lines.append(f"- {s} depth {d}: {share:.1%}")
+        result["outside_forward_share"][f"{s}-{d}"] = share
+    text = "\n".join(lines) + "\n"
+    print(text)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
