@@ -1,15 +1,184 @@
 """`met serve` and `met top`: the server and its live dashboard."""
 
+import ipaddress
+from pathlib import Path
+from typing import Annotated
+
+import httpx
+import torch
 import typer
+from rich.console import Console
+
+from met.engine.identity import RunSettings, box_class as derive_box_class, default_device, default_dtype
+from met.engine.policy import SERVE_SPECS, PolicyConfig
+from met.exit_codes import EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE
+from met.model.recipes import DEFAULT_RECIPE, RecipeError, embedded
+from met.serve import server, tui
+from met.serve.app import Service, create_app
+from met.serve.auth import DEFAULT_TENANT, KeyRing, KeysFileError, read_keys_file
+from met.serve.boot import BootError, MeasuredBoot, boot_measured, default_calibration, default_table
+from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
+from met.speculative.spec_cost import SpecCostState
+
+COST_MODELS = ("static", "measured")
+ENERGY = ("auto", "nvml", "rapl", "none")
 
 
-def serve() -> None:
-    """Serve an OpenAI-compatible API (arrives with the scheduler)."""
-    typer.echo("met serve: not built yet", err=True)
-    raise typer.Exit(2)
+def _fail(code: int, *lines: str) -> typer.Exit:
+    for line in lines:
+        typer.echo(line, err=True)
+    return typer.Exit(code)
 
 
-def top() -> None:
-    """Show a running server's live snapshot (arrives with the server)."""
-    typer.echo("met top: not built yet", err=True)
-    raise typer.Exit(2)
+def serve(
+    model: Annotated[str, typer.Option(help="Embedded model recipe to serve.")] = DEFAULT_RECIPE,
+    spec: Annotated[str, typer.Option(help=f"Drafting: {' | '.join(SERVE_SPECS)}.")] = "mtp",
+    spec_cost_model: Annotated[str, typer.Option(
+        help="static: the MTP gate, ladder and adaptive rung; measured: plan depth from the cost table "
+             "(--spec mtp only).")] = "static",
+    spec_cost_table: Annotated[Path | None, typer.Option(
+        help="Cost table (default: tables/<box_class>/<recipe>.toml).", show_default=False)] = None,
+    calibration: Annotated[Path | None, typer.Option(
+        help="Drafter calibration (default: beside the table, <recipe>.calibration.toml).", show_default=False)] = None,
+    spec_cost_slack: Annotated[float, typer.Option(
+        min=0.0, max=0.99, help="Tokens/s the planner may give up for tokens/J (0.1: within 10% of the best).")] = 0.1,
+    energy: Annotated[str, typer.Option(
+        help="Energy source this serve plans with, as met bench spec-cost --energy: auto | nvml | rapl | none.")] = "auto",
+    box_class: Annotated[str | None, typer.Option(
+        "--box-class", help="Box class of this serve (default: derived from the hardware).", show_default=False)] = None,
+    max_batch: Annotated[int, typer.Option(min=1, max=256, help="Sequences decoded together (KV slots).")] = 16,
+    max_len: Annotated[int, typer.Option(min=0, help="Context per sequence (0: the model's).")] = 0,
+    lift_wide_tier: Annotated[bool, typer.Option(
+        help="Let widths 9..=16 verify two drafts (the adaptive rung's lift); default pools clamp them to one.")] = False,
+    lookup_depth: Annotated[int, typer.Option(min=1, max=16, help="Most drafts per step for ngram / prompt-lookup.")] = 4,
+    device: Annotated[str | None, typer.Option(
+        help="Torch device (default: cuda if available, else cpu).", show_default=False)] = None,
+    dtype: Annotated[str | None, typer.Option(
+        help="Model dtype (default: bfloat16 on cuda, float32 on cpu).", show_default=False)] = None,
+    threads: Annotated[int, typer.Option(min=0, help="torch CPU threads (0: torch's default, as the bench).")] = 0,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8000,
+    api_key: Annotated[list[str] | None, typer.Option(
+        "--api-key", help="A key clients must send (Bearer); tenant \"default\". Repeatable.", show_default=False)] = None,
+    api_keys_file: Annotated[Path | None, typer.Option(
+        help="File of `KEY TENANT` lines: each key's requests share lookups only within its tenant.",
+        show_default=False)] = None,
+    tui_: Annotated[bool, typer.Option("--tui", help="Show the live dashboard in this terminal.")] = False,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+) -> None:
+    """Serve an OpenAI-compatible API (/v1/completions, /v1/models, /v1/snapshot, /health, /metrics).
+
+    Exit statuses: 0 drained and stopped (SIGTERM or Ctrl-C); 2 bad option; 65 (EX_DATAERR) the cost
+    table or calibration is missing or invalid, or the keys file is; 66 (EX_NOINPUT) the recipe's
+    weights or the keys file are missing; 69 (EX_UNAVAILABLE) the --energy source does not work here;
+    78 (EX_CONFIG) the table or calibration was measured under another key (each mismatch listed).
+    """
+    if spec not in SERVE_SPECS:
+        raise typer.BadParameter(f"{spec!r} is not one of {', '.join(SERVE_SPECS)}", param_hint="--spec")
+    if spec_cost_model not in COST_MODELS:
+        raise typer.BadParameter(f"{spec_cost_model!r} is not one of {', '.join(COST_MODELS)}",
+                                 param_hint="--spec-cost-model")
+    if spec_cost_model == "measured" and spec != "mtp":
+        raise typer.BadParameter(f"the measured planner plans MTP depth; --spec {spec} has no calibrated drafter "
+                                 "(use --spec mtp or --spec-cost-model static)", param_hint="--spec-cost-model")
+    if energy not in ENERGY:
+        raise typer.BadParameter(f"{energy!r} is not one of {', '.join(ENERGY)}", param_hint="--energy")
+    keys = _keys(api_key or [], api_keys_file)
+    if threads:
+        torch.set_num_threads(threads)
+    device = device or default_device()
+    try:
+        settings = RunSettings(dtype or default_dtype(device), device, torch.get_num_threads())
+        box = derive_box_class(device, box_class)
+    except (RuntimeError, ValueError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+    try:
+        recipe = embedded(model)
+    except RecipeError as exc:
+        raise _fail(EX_NOINPUT, f"error: {exc}") from None
+    cost_state = None
+    table = spec_cost_table or default_table(box, recipe.name)
+    if spec_cost_model == "measured":
+        boot = MeasuredBoot(table, calibration or default_calibration(table), spec_cost_slack, energy, box_class)
+        try:
+            cost_state = boot_measured(recipe, settings, boot)
+        except BootError as exc:
+            raise _fail(exc.code, *exc.lines) from None
+    net = recipe.load(getattr(torch, settings.dtype), settings.device)
+    if spec == "mtp" and net.mtp is None:
+        raise typer.BadParameter(f"recipe {recipe.name} has no MTP module; use another --spec", param_hint="--spec")
+    pools = VerifyPools(DEFAULT_POOLS.tiers, lift_wide_tier=lift_wide_tier)
+    service = Service.build(net, recipe.id, (recipe.name, recipe.id), PolicyConfig(spec, lookup_depth, pools),
+                            max_batch, max_len or None, cost_state, keys)
+    _banner(service, recipe.id, host, port, settings, box, table if cost_state else None, cost_state, keys)
+    app = create_app(service)
+    if tui_:
+        with tui.live_local(service.scheduler.cell):
+            code = server.run(app, host, port, "warning")
+    else:
+        code = server.run(app, host, port, log_level)
+    raise typer.Exit(code)
+
+
+def _keys(api_keys: list[str], keys_file: Path | None) -> KeyRing:
+    keys = {}
+    if keys_file is not None:
+        if not keys_file.exists():
+            raise _fail(EX_NOINPUT, f"error: --api-keys-file {keys_file}: no such file")
+        try:
+            keys = read_keys_file(keys_file)
+        except KeysFileError as exc:
+            raise _fail(EX_DATAERR, f"error: --api-keys-file {exc}") from None
+    for key in api_keys:
+        if not key.strip():
+            raise typer.BadParameter("an API key must not be empty", param_hint="--api-key")
+        keys.setdefault(key, DEFAULT_TENANT)
+    return KeyRing(keys)
+
+
+def _banner(service: Service, recipe_id: str, host: str, port: int, settings: RunSettings, box: str,
+            table: Path | None, cost_state: SpecCostState | None, keys: KeyRing) -> None:
+    sched = service.scheduler
+    typer.echo(f"met serve: {recipe_id} on {settings.device} ({settings.dtype}, {settings.threads} threads), "
+               f"box class {box}; spec {sched.policy.name}, {sched.runner.cache.max_batch} slots of "
+               f"{sched.max_len} tokens", err=True)
+    if cost_state is not None:
+        key = cost_state.table.key
+        widths = sorted({1, sched.runner.cache.max_batch})
+        plans = "; ".join(f"width {n}: {cost_state.plan(n).why}" for n in widths)
+        typer.echo(f"  planning from {table} (energy_source {key.energy_source}, slack "
+                   f"{cost_state.slack:g}); with position priors, {plans}", err=True)
+    tenants = sorted(set(keys.keys.values()))
+    typer.echo(f"  auth: {'none (open)' if keys.open else f'{len(keys.keys)} keys, tenants ' + ', '.join(tenants)}",
+               err=True)
+    if keys.open and not _loopback(host):
+        typer.echo(f"  warning: listening on {host} without an API key; pass --api-key or --api-keys-file", err=True)
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def top(
+    url: Annotated[str, typer.Option(help="Base URL of a running met serve.")] = "http://127.0.0.1:8000",
+    api_key: Annotated[str | None, typer.Option(help="API key, if the server wants one.", show_default=False)] = None,
+    interval: Annotated[float, typer.Option(min=0.1, help="Seconds between polls.")] = 1.0,
+    once: Annotated[bool, typer.Option("--once", help="Print one frame and exit.")] = False,
+) -> None:
+    """Show a running server's live snapshot (GET /v1/snapshot). Exit 69 if it cannot be reached."""
+    try:
+        if once:
+            Console().print(tui.render(tui.fetch(url, api_key), url))
+        else:
+            tui.watch(url, api_key, interval)
+    except httpx.HTTPStatusError as exc:
+        hint = "; pass --api-key" if exc.response.status_code == 401 else ""
+        raise _fail(EX_UNAVAILABLE, f"error: {url} answered {exc.response.status_code}{hint}") from None
+    except httpx.HTTPError as exc:
+        raise _fail(EX_UNAVAILABLE, f"error: cannot reach {url}: {exc}") from None
+    except KeyboardInterrupt:
+        pass
+    raise typer.Exit(0)

@@ -1,0 +1,217 @@
+"""The OpenAI-compatible HTTP API: /v1/completions (plain and SSE), /v1/models, /v1/snapshot, /health, /metrics.
+
+Requests are checked in this order, each refusal an OpenAI-shaped error that touches nothing
+else: API key (401, before the body is read), body size (413), JSON (400), fields (422), model
+(404), prompt longer than the context (413), prompt + max_tokens longer than the context (400).
+Only then is the request queued for the scheduler. A client that disconnects, mid-stream or
+while waiting for a plain response, has its request cancelled, which frees its slot.
+"""
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from fastapi import FastAPI, Request as HttpRequest
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from met.engine.policy import PolicyConfig, build_policy
+from met.engine.requests import Delta, Event, Failed, Finished, Request
+from met.engine.runner import ModelRunner, Sampling
+from met.engine.scheduler import Draining, Scheduler
+from met.model.tokenizer import encode
+from met.model.transformer import Transformer
+from met.serve import schemas
+from met.serve.auth import DEFAULT_TENANT, AuthLayer, KeyRing
+from met.serve.errors import ApiError, error_body
+from met.serve.metrics import ServeMetrics, StatusLayer
+from met.serve.report import snapshot_doc
+from met.speculative.spec_cost import SpecCostState
+
+MAX_BODY_BYTES = 4 << 20  # far above any prompt a context holds; refuses a runaway upload early
+DISCONNECT_POLL_S = 0.5  # how often a plain (non-streamed) request checks that its client is still there
+
+
+@dataclass(slots=True)
+class Service:
+    """What the API serves: the scheduler, the model names it answers to, the keys."""
+
+    scheduler: Scheduler
+    model_names: tuple[str, ...]  # the first is the id /v1/models lists; the rest are accepted aliases
+    keys: KeyRing = field(default_factory=lambda: KeyRing({}))
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @classmethod
+    def build(cls, model: Transformer, model_id: str, names: tuple[str, ...], policy: PolicyConfig,
+              max_batch: int, max_len: int | None = None, cost_state: SpecCostState | None = None,
+              keys: KeyRing | None = None) -> "Service":
+        """A runner for the model, the policy the flags compose, and a scheduler over them (not started yet)."""
+        runner = ModelRunner(model, max_batch, max_len)
+        num_drafts = model.cfg.mtp_depth if model.mtp is not None else 0
+        scheduler = Scheduler(runner, build_policy(policy, num_drafts, cost_state), model_id)
+        return cls(scheduler, names, keys if keys is not None else KeyRing({}))
+
+    def to_request(self, body: schemas.CompletionRequest, tenant: str) -> Request:
+        """The scheduler's Request for a validated body; ApiError 404/413/400 for what the engine cannot serve."""
+        if body.model not in self.model_names:
+            raise ApiError(404, f"the model {body.model!r} is not served here; this server serves "
+                           f"{self.model_names[0]!r} (GET /v1/models)", "model_not_found", "model")
+        prompt = encode(body.prompt) if isinstance(body.prompt, str) else list(body.prompt)
+        n, ctx = len(prompt), self.scheduler.max_len
+        if n + 1 > ctx:
+            raise ApiError(413, f"the prompt is {n} tokens and the context holds {ctx} (prompt + at least one "
+                           f"new token); shorten the prompt to at most {ctx - 1} tokens", "prompt_too_long", "prompt")
+        max_tokens = body.max_tokens if body.max_tokens is not None else ctx - n
+        if n + max_tokens > ctx:
+            raise ApiError(400, f"the context holds {ctx} tokens, the prompt is {n} and max_tokens asks for "
+                           f"{max_tokens}; ask for at most {ctx - n}", "context_length_exceeded", "max_tokens")
+        try:
+            sampling = Sampling(1.0 if body.temperature is None else body.temperature,
+                                1.0 if body.top_p is None else body.top_p, body.seed)
+            return Request(f"cmpl-{uuid.uuid4().hex[:24]}", tuple(prompt), max_tokens, sampling,
+                           body.stop_strings(), tenant)
+        except ValueError as exc:
+            raise ApiError(422, str(exc), "invalid_value") from None
+
+
+class LoopSink:
+    """Hands a request's events from the scheduler thread to the request's event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.queue: asyncio.Queue[Event] = asyncio.Queue()
+
+    def put(self, event: Event) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            pass
+
+
+def create_app(service: Service) -> FastAPI:
+    """The FastAPI app; its lifespan starts the scheduler and, on shutdown, drains it."""
+    metrics = ServeMetrics(service.scheduler.cell)
+    names = service.model_names
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if not service.scheduler.started:
+            service.scheduler.start()
+        yield
+        await asyncio.to_thread(service.scheduler.stop)
+
+    app = FastAPI(title="met", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(AuthLayer, ring=service.keys)
+    app.add_middleware(StatusLayer, metrics=metrics)
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: HttpRequest, exc: ApiError) -> JSONResponse:
+        return exc.response()
+
+    @app.post("/v1/completions")
+    async def completions(request: HttpRequest) -> Response:
+        raw = await _read_body(request)
+        body = schemas.parse_request(raw)
+        req = service.to_request(body, request.scope.get("state", {}).get("tenant", DEFAULT_TENANT))
+        sink = LoopSink(asyncio.get_running_loop())
+        try:
+            service.scheduler.submit(req, sink)
+        except Draining as exc:
+            raise ApiError(503, str(exc), "shutting_down") from None
+        created = int(time.time())
+        if body.stream:
+            usage = body.stream_options is not None and body.stream_options.include_usage
+            return StreamingResponse(_stream(service, req, sink, names[0], created, usage),
+                                     media_type="text/event-stream", headers={"cache-control": "no-cache"})
+        return await _collect(service, request, req, sink, names[0], created)
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return schemas.model_list([names[0]], service.created)
+
+    @app.get("/v1/snapshot")
+    async def snapshot() -> dict:
+        return snapshot_doc(service.scheduler.cell.latest())
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        if service.scheduler.draining:
+            return JSONResponse({"status": "draining"}, status_code=503)
+        snap = service.scheduler.cell.latest()
+        return JSONResponse({"status": "ok", "model": names[0], "active": snap.active, "queued": snap.queued})
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+async def _read_body(request: HttpRequest) -> bytes:
+    size = request.headers.get("content-length")
+    if size is not None and size.isdigit() and int(size) > MAX_BODY_BYTES:
+        raise ApiError(413, f"the body is {size} bytes, more than the {MAX_BODY_BYTES} this server reads",
+                       "body_too_large")
+    chunks, total = [], 0
+    async for part in request.stream():
+        total += len(part)
+        if total > MAX_BODY_BYTES:
+            raise ApiError(413, f"the body is more than the {MAX_BODY_BYTES} bytes this server reads",
+                           "body_too_large")
+        chunks.append(part)
+    return b"".join(chunks)
+
+
+async def _stream(service: Service, req: Request, sink: LoopSink, model: str, created: int,
+                  include_usage: bool) -> AsyncIterator[bytes]:
+    """Server-sent events: a chunk per delta, the last with finish_reason, optionally usage, then [DONE]."""
+    done = False
+    try:
+        while not done:
+            event = await sink.queue.get()
+            if isinstance(event, Delta):
+                if event.text:
+                    yield schemas.sse(schemas.chunk(req.id, model, created, event.text, None))
+                continue
+            done = True
+            if isinstance(event, Finished):
+                yield schemas.sse(schemas.chunk(req.id, model, created, event.text, event.reason))
+                if include_usage:
+                    yield schemas.sse(schemas.usage_chunk(req.id, model, created, event.prompt_tokens,
+                                                          event.completion_tokens))
+            else:
+                yield schemas.sse(error_body(500, event.message, "engine_error"))
+        yield schemas.sse("[DONE]")
+    finally:
+        if not done:  # the client went away (the task was cancelled): free the slot now
+            service.scheduler.cancel(req.id)
+
+
+async def _collect(service: Service, http: HttpRequest, req: Request, sink: LoopSink, model: str,
+                   created: int) -> Response:
+    """A plain response once the request finishes; cancels the request if the client leaves first."""
+    parts: list[str] = []
+    done = False
+    try:
+        while True:
+            try:
+                event = await asyncio.wait_for(sink.queue.get(), DISCONNECT_POLL_S)
+            except TimeoutError:
+                if await http.is_disconnected():
+                    return Response(status_code=499)  # nobody reads it; the finally cancels the request
+                continue
+            if isinstance(event, Delta):
+                parts.append(event.text)
+                continue
+            done = True
+            if isinstance(event, Failed):
+                raise ApiError(500, event.message, "engine_error")
+            parts.append(event.text)
+            return JSONResponse(schemas.completion(req.id, model, created, "".join(parts), event.reason,
+                                                   event.prompt_tokens, event.completion_tokens))
+    finally:
+        if not done:
+            service.scheduler.cancel(req.id)

@@ -1,0 +1,124 @@
+"""Boot checks of --spec-cost-model measured: load the table and calibration, compare keys, refuse any mismatch.
+
+The serve's TableKey comes from met.engine.identity.serve_table_key, the same function
+`met bench spec-cost` writes tables with, so a table measured here under the same settings
+matches exactly. Exit statuses: 65 (EX_DATAERR) a table or calibration that is missing or does
+not parse; 78 (EX_CONFIG) measured under another key (every mismatch is listed: field, the
+table's value, this serve's value, what to do); 69 (EX_UNAVAILABLE) an --energy source that does
+not work here. Nothing is approximated: a table is used under its own key or not at all.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from met.bench.meters import EnergyUnavailable, open_meter
+from met.bench.tables_cli import Refusal, read_text
+from met.engine.identity import MODES, RunSettings, mtp_drafter_key, serve_table_key
+from met.exit_codes import EX_CONFIG, EX_DATAERR, EX_UNAVAILABLE
+from met.model.recipes import Recipe
+from met.speculative.spec_cost import (
+    AcceptanceCalibration,
+    CostTable,
+    DrafterKey,
+    KeyMismatch,
+    KeyMismatchError,
+    SpecCostState,
+    TableKey,
+    TableParseError,
+)
+
+TABLES_DIR = Path("tables")
+
+
+class BootError(Exception):
+    """The serve cannot start: the exit status and the lines to print."""
+
+    def __init__(self, code: int, lines: list[str]) -> None:
+        super().__init__("\n".join(lines))
+        self.code, self.lines = code, lines
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredBoot:
+    """Where --spec-cost-model measured reads from and what it plans with."""
+
+    table: Path
+    calibration: Path
+    slack: float
+    energy: str = "auto"  # the serve's energy source: auto | nvml | rapl | none (as `met bench spec-cost --energy`)
+    box_class: str | None = None  # --box-class override
+
+
+def default_table(box: str, recipe_name: str) -> Path:
+    """tables/<box_class>/<recipe>.toml, where `met bench spec-cost` writes by default."""
+    return TABLES_DIR / box / f"{recipe_name}.toml"
+
+
+def default_calibration(table: Path) -> Path:
+    """The calibration beside a table, as the bench writes it: `x.toml` -> `x.calibration.toml`."""
+    stem = table.name.removesuffix(".toml")
+    return table.with_name(f"{stem}.calibration.toml")
+
+
+def load_table(path: Path) -> CostTable:
+    """The cost table at path; BootError 65 if it is missing or invalid."""
+    return _parse(path, CostTable, "cost table", "run met bench spec-cost on this box to write it, or pass "
+                  "--spec-cost-table PATH")
+
+
+def load_calibration(path: Path) -> AcceptanceCalibration:
+    """The calibration at path; BootError 65 if it is missing or invalid."""
+    return _parse(path, AcceptanceCalibration, "calibration", "run met bench spec-cost --calibrate on this box "
+                  "to write it, or pass --calibration PATH")
+
+
+def _parse(path: Path, kind: type, what: str, remedy: str):
+    try:
+        text = read_text(path)
+    except Refusal as exc:
+        raise BootError(EX_DATAERR, [f"error: the {what} {exc}; {remedy}"]) from None
+    try:
+        return kind.parse(text)
+    except TableParseError as exc:
+        raise BootError(EX_DATAERR, [f"error: the {what} {path} is invalid: {exc}; {remedy}"]) from None
+
+
+def check(table: CostTable, calibration: AcceptanceCalibration, serve_key: TableKey, serve_drafter: DrafterKey,
+          slack: float, table_path: Path | None = None) -> SpecCostState:
+    """The planner's state if both keys match; BootError 78 listing every mismatch otherwise."""
+    try:
+        return SpecCostState(table, calibration, slack, serve_key, serve_drafter)
+    except KeyMismatchError as exc:
+        raise BootError(EX_CONFIG, mismatch_lines(exc.mismatches, table_path)) from None
+
+
+def mismatch_lines(mismatches: list[KeyMismatch], table_path: Path | None = None) -> list[str]:
+    """The refusal: a header, then per mismatch its field, both values and what to do."""
+    where = f" {table_path}" if table_path is not None else ""
+    lines = [f"error: the cost table{where} or its calibration was measured under another key than this serve's "
+             f"({len(mismatches)} mismatch{'es' if len(mismatches) != 1 else ''}); refusing to plan from it:"]
+    for m in mismatches:
+        lines.append(f"  {m.field}: table has {_shown(m.table_value)}, this serve has {_shown(m.serve_value)}: "
+                     f"{m.message()}")
+    return lines
+
+
+def _shown(value: object) -> str:
+    return "(not measured)" if value is None else f"'{value}'"
+
+
+def energy_source(energy: str, device: str) -> str:
+    """The energy source this serve plans with, as the bench would record it here; BootError 69 if unavailable."""
+    try:
+        return open_meter(energy, device).source
+    except EnergyUnavailable as exc:
+        raise BootError(EX_UNAVAILABLE, [f"error: --energy {energy}: {exc}"]) from None
+
+
+def boot_measured(recipe: Recipe, settings: RunSettings, boot: MeasuredBoot) -> SpecCostState:
+    """Load, parse and key-check the table and calibration for this recipe and these run settings."""
+    source = energy_source(boot.energy, settings.device)
+    serve_key = serve_table_key(recipe.id, recipe.config, settings, source, MODES, boot.box_class)
+    table = load_table(boot.table)
+    calibration = load_calibration(boot.calibration)
+    return check(table, calibration, serve_key, mtp_drafter_key(recipe), boot.slack, boot.table)

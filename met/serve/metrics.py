@@ -1,0 +1,106 @@
+"""Prometheus metrics of a serve, in its own registry: the snapshot's counters and gauges, and HTTP statuses.
+
+The scheduler thread owns the counters; this collector reads only the latest published snapshot,
+so a scrape never touches scheduler state. Units: tokens, seconds, joules. "Draft tokens" are
+drafts verified; "accepted tokens" excludes the bonus token; energy is what the measured cost
+table prices the steps run at (there is no live meter in the serve), present only under
+--spec-cost-model measured with a table measured with energy.
+"""
+
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from met.speculative.snapshot import SnapshotCell
+
+
+class SnapshotCollector:
+    """Turns the latest snapshot into metric families at each scrape."""
+
+    def __init__(self, cell: SnapshotCell) -> None:
+        self.cell = cell
+
+    def describe(self):
+        return []  # families are known only at scrape time (per-position and per-mode labels)
+
+    def collect(self):
+        s = self.cell.latest()
+        yield CounterMetricFamily("met_spec_drafts", "Sequence-steps that verified at least one draft",
+                                  value=s.draft_steps)
+        yield CounterMetricFamily("met_spec_draft_tokens", "Draft tokens verified", value=s.drafts_proposed)
+        yield CounterMetricFamily("met_spec_drafted_tokens", "Draft tokens the drafter produced", value=s.drafted)
+        yield CounterMetricFamily("met_spec_accepted_tokens", "Draft tokens accepted (bonus tokens not counted)",
+                                  value=s.drafts_accepted)
+        per_pos = CounterMetricFamily("met_spec_accepted_tokens_per_pos",
+                                      "Sequence-steps whose drafts 0..=position were all accepted",
+                                      labels=["position"])
+        verified_pos = CounterMetricFamily("met_spec_draft_tokens_per_pos",
+                                           "Sequence-steps that verified a draft at position", labels=["position"])
+        for i, (a, p) in enumerate(zip(s.accepted_at, s.proposed_at)):
+            per_pos.add_metric([str(i)], a)
+            verified_pos.add_metric([str(i)], p)
+        yield per_pos
+        yield verified_pos
+        seconds = CounterMetricFamily("met_step_seconds", "Step wall seconds by mode", labels=["mode"])
+        for mode, value in s.mode_seconds:
+            seconds.add_metric([mode], value)
+        yield seconds
+        steps = CounterMetricFamily("met_steps", "Scheduler steps by mode", labels=["mode"])
+        for mode, value in s.mode_steps:
+            steps.add_metric([mode], value)
+        yield steps
+        yield CounterMetricFamily("met_emitted_tokens", "Tokens generated (first and bonus tokens included)",
+                                  value=s.emitted_tokens)
+        finished = CounterMetricFamily("met_requests_finished", "Requests that left the scheduler, by reason",
+                                       labels=["reason"])
+        for reason, n in s.finished:
+            finished.add_metric([reason], n)
+        yield finished
+        yield CounterMetricFamily("met_failed_ticks", "Scheduler steps that raised", value=s.failed_ticks)
+        yield GaugeMetricFamily("met_planned_depth", "Drafts per sequence planned at the latest tick", value=s.depth)
+        yield GaugeMetricFamily("met_batch_width", "Sequences in the latest step", value=s.width)
+        yield GaugeMetricFamily("met_active_sequences", "Sequences holding a KV slot", value=s.active)
+        yield GaugeMetricFamily("met_kv_slots", "KV-cache sequence slots", value=s.max_batch)
+        yield GaugeMetricFamily("met_queued_requests", "Requests waiting for a slot", value=s.queued)
+        yield GaugeMetricFamily("met_tokens_per_second", "Emitted tokens per second of step time, recent steps",
+                                value=s.tokens_per_s)
+        yield GaugeMetricFamily("met_shared_lookup_tokens", "Tokens held by the shared lookup cache",
+                                value=s.shared_lookup_tokens)
+        if s.planned_tokens_per_s is not None:
+            yield GaugeMetricFamily("met_planned_tokens_per_second", "The planner's expected tokens/s at its depth",
+                                    value=s.planned_tokens_per_s)
+        if s.energy_j is not None:
+            yield CounterMetricFamily("met_energy_joules", "Joules of the steps run, as the cost table prices them",
+                                      value=s.energy_j)
+        if s.joules_per_token is not None:
+            yield GaugeMetricFamily("met_joules_per_token", "The planner's expected joules per token at its depth",
+                                    value=s.joules_per_token)
+
+
+class ServeMetrics:
+    """The serve's registry: the snapshot collector and a counter of HTTP responses by status."""
+
+    def __init__(self, cell: SnapshotCell) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(SnapshotCollector(cell))
+        self.responses = Counter("met_http_responses", "HTTP responses by status code", ["code"],
+                                 registry=self.registry)
+
+
+class StatusLayer:
+    """ASGI middleware that counts every response's status code."""
+
+    def __init__(self, app, metrics: ServeMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def counted(message) -> None:
+            if message["type"] == "http.response.start":
+                self.metrics.responses.labels(str(message["status"])).inc()
+            await send(message)
+
+        await self.app(scope, receive, counted)

@@ -1,0 +1,128 @@
+"""The /v1/completions request (validated with pydantic) and OpenAI's response, chunk and model-list shapes."""
+
+import json
+import time
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from met.model.tokenizer import VOCAB_SIZE
+from met.serve.errors import ApiError
+
+DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
+
+
+class StreamOptions(BaseModel):
+    """OpenAI's stream_options: include_usage adds a last chunk with the usage counts."""
+
+    model_config = ConfigDict(extra="forbid")
+    include_usage: bool = False
+
+
+class CompletionRequest(BaseModel):
+    """POST /v1/completions: the fields met serves; unsupported ones are refused, not ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    prompt: str | list[int]  # one prompt: text, [text], token ids or [token ids]
+    max_tokens: Annotated[int, Field(ge=1)] | None = DEFAULT_MAX_TOKENS  # None: up to the context
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = 1.0
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = 1.0
+    stop: str | Annotated[list[str], Field(max_length=4)] | None = None
+    seed: int | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    n: Literal[1] | None = 1  # one choice per request
+    best_of: Literal[1] | None = None
+    echo: Literal[False] | None = False
+    logprobs: None = None  # log-probabilities are not returned
+    suffix: None = None
+    presence_penalty: Literal[0, 0.0] | None = 0.0
+    frequency_penalty: Literal[0, 0.0] | None = 0.0
+    logit_bias: None = None
+    user: str | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_not_empty(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if value is not None and any(s == "" for s in ([value] if isinstance(value, str) else value)):
+            raise ValueError("a stop string must not be empty")
+        return value
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _one_prompt(cls, value: object) -> str | list[int]:
+        if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str | list):
+            value = value[0]  # a batch of one
+        if isinstance(value, str) and value:
+            return value
+        if isinstance(value, list) and value and all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+            bad = [t for t in value if not 0 <= t < VOCAB_SIZE]
+            if bad:
+                raise ValueError(f"token ids {bad[:5]} are outside the vocabulary 0..{VOCAB_SIZE - 1}")
+            return value
+        raise ValueError("must be one non-empty prompt: a string, a list of one string, or a list of token ids "
+                         "(batches of several prompts are not served; send one request each)")
+
+    def stop_strings(self) -> tuple[str, ...]:
+        """The stop strings as a tuple (none: ())."""
+        if self.stop is None:
+            return ()
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+
+def parse_request(raw: bytes) -> CompletionRequest:
+    """The request from a body: ApiError 400 if it is not JSON, 422 (naming each field) if a field is invalid."""
+    try:
+        doc = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"the request body is not valid JSON ({exc})", "invalid_json") from None
+    if not isinstance(doc, dict):
+        raise ApiError(400, f"the request body must be a JSON object, got {type(doc).__name__}", "invalid_json")
+    try:
+        return CompletionRequest.model_validate(doc)
+    except ValidationError as exc:
+        problems = [f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg'].removeprefix('Value error, ')}"
+                    for err in exc.errors()]
+        first = exc.errors()[0]["loc"]
+        raise ApiError(422, "; ".join(problems), "invalid_value", str(first[0]) if first else None) from None
+
+
+def completion(rid: str, model: str, created: int, text: str, finish: str, prompt_tokens: int,
+               completion_tokens: int) -> dict:
+    """OpenAI's text_completion response."""
+    return {"id": rid, "object": "text_completion", "created": created, "model": model,
+            "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": finish}],
+            "usage": usage(prompt_tokens, completion_tokens)}
+
+
+def chunk(rid: str, model: str, created: int, text: str, finish: str | None) -> dict:
+    """One streamed chunk (same object as the response, text is the delta)."""
+    return {"id": rid, "object": "text_completion", "created": created, "model": model,
+            "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": finish}]}
+
+
+def usage_chunk(rid: str, model: str, created: int, prompt_tokens: int, completion_tokens: int) -> dict:
+    """The last chunk under stream_options.include_usage: no choices, the usage counts."""
+    return {"id": rid, "object": "text_completion", "created": created, "model": model, "choices": [],
+            "usage": usage(prompt_tokens, completion_tokens)}
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    """OpenAI's usage object."""
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def model_list(names: list[str], created: int | None = None) -> dict:
+    """GET /v1/models."""
+    created = int(time.time()) if created is None else created
+    return {"object": "list", "data": [{"id": n, "object": "model", "created": created, "owned_by": "met"}
+                                       for n in names]}
+
+
+def sse(doc: dict | str) -> bytes:
+    """One server-sent event: `data: <json>` and a blank line."""
+    data = doc if isinstance(doc, str) else json.dumps(doc, separators=(",", ":"))
+    return f"data: {data}\n\n".encode()

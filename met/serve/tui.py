@@ -1,0 +1,83 @@
+"""The live dashboard (rich) of a scheduler snapshot: `met serve --tui` in-process, `met top --url` over HTTP.
+
+Both render the same JSON form of the snapshot (report.snapshot_doc), so what `met top` shows
+of a remote server is exactly what `--tui` shows locally.
+"""
+
+import time
+from collections.abc import Callable
+
+import httpx
+from rich.console import Group
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from met.speculative.snapshot import SnapshotCell
+from met.serve.report import snapshot_doc
+
+
+def render(doc: dict, source: str = "") -> Panel:
+    """One frame: what the tick did (width, queue, mode, depth and why) and the run's figures."""
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    head.add_row("spec", str(doc.get("spec", "?")))
+    head.add_row("tick", f"{doc.get('tick', 0)}   width {doc.get('width', 0)}   active {doc.get('active', 0)}"
+                 f"/{doc.get('max_batch', 0)} slots   queued {doc.get('queued', 0)}")
+    head.add_row("mode", f"{doc.get('mode', 'idle')}   planned depth {doc.get('depth', 0)}")
+    head.add_row("why", Text(str(doc.get("why") or "-")))
+    rate = f"{doc.get('tokens_per_s', 0.0):.1f} tok/s (recent steps)"
+    if doc.get("planned_tokens_per_s") is not None:
+        rate += f"   planner expects {doc['planned_tokens_per_s']:.1f}"
+    head.add_row("rate", rate)
+    jpt = doc.get("joules_per_token")
+    energy = doc.get("energy_j")
+    head.add_row("energy", "not measured (no energy source in the table)" if jpt is None and energy is None else
+                 f"{jpt if jpt is not None else float('nan'):.4g} J/token planned, "
+                 f"{energy or 0.0:.4g} J priced since start")
+    proposed, accepted = doc.get("drafts_proposed", 0), doc.get("drafts_accepted", 0)
+    head.add_row("drafts", f"{accepted}/{proposed} accepted"
+                 + (f" ({accepted / proposed:.1%})" if proposed else "")
+                 + f"   emitted {doc.get('emitted_tokens', 0)} tokens")
+    finished = doc.get("finished") or {}
+    head.add_row("requests", ", ".join(f"{k} {v}" for k, v in sorted(finished.items())) or "none finished"
+                 + (f"   failed ticks {doc['failed_ticks']}" if doc.get("failed_ticks") else ""))
+    pos = Table(title="acceptance per draft position (drafts 0..=i all accepted)", title_justify="left",
+                show_edge=False)
+    pos.add_column("position", justify="right")
+    pos.add_column("accepted", justify="right")
+    pos.add_column("verified", justify="right")
+    pos.add_column("rate", justify="right")
+    pos.add_column("")
+    for i, (a, p) in enumerate(zip(doc.get("accepted_at") or [], doc.get("proposed_at") or [])):
+        rate_i = a / p if p else 0.0
+        pos.add_row(str(i + 1), str(a), str(p), f"{rate_i:.1%}", "█" * round(20 * rate_i))
+    title = "met" + (f" · {source}" if source else "")
+    return Panel(Group(head, pos), title=title, title_align="left")
+
+
+def live_local(cell: SnapshotCell, refresh_per_second: float = 4.0) -> Live:
+    """A Live display of an in-process scheduler's snapshots; start it with `with` or .start()."""
+    return Live(get_renderable=lambda: render(snapshot_doc(cell.latest()), "local"),
+                refresh_per_second=refresh_per_second, screen=False)
+
+
+def fetch(url: str, api_key: str | None = None, timeout: float = 5.0) -> dict:
+    """GET <url>/v1/snapshot as a dict; httpx errors propagate."""
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    response = httpx.get(url.rstrip("/") + "/v1/snapshot", headers=headers, timeout=timeout)
+    response.raise_for_status()
+    return response.json()
+
+
+def watch(url: str, api_key: str | None, interval: float, frames: int | None = None,
+          sleep: Callable[[float], None] = time.sleep) -> None:
+    """Poll a server's snapshot and redraw until interrupted (or for `frames` frames)."""
+    with Live(render(fetch(url, api_key), url), refresh_per_second=max(1.0, 1.0 / interval)) as live:
+        shown = 1
+        while frames is None or shown < frames:
+            sleep(interval)
+            live.update(render(fetch(url, api_key), url))
+            shown += 1
