@@ -60,6 +60,7 @@ class ModelRunner:
 
     def __init__(self, model: Transformer, max_batch: int, max_len: int | None = None, track_mtp: bool = True):
         self.model = model.eval()
+        model.fuse()
         cfg = model.cfg
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
@@ -195,11 +196,8 @@ class ModelRunner:
             if k > self.room(slot):
                 raise ValueError(f"slot {slot}: {k} drafts but room for {self.room(slot)}")
         T = max(ks) + 1
-        tokens = torch.zeros(n, T, dtype=torch.long)  # [B, T]: pending token then drafts, right-padded
-        for i, (slot, d) in enumerate(zip(slots, drafts)):
-            tokens[i, 0] = self.seqs[slot].pending
-            if d.tokens:
-                tokens[i, 1 : 1 + len(d.tokens)] = torch.tensor(d.tokens)
+        rows = [[self.seqs[s].pending, *d.tokens] + [0] * (T - 1 - len(d.tokens)) for s, d in zip(slots, drafts)]
+        tokens = torch.tensor(rows)  # [B, T]: pending token then drafts, right-padded
         base = torch.tensor([self.cache.lengths[s] for s in slots])
         ctx = CacheContext.build(self.cache, slots, (base[:, None] + torch.arange(T)).to(self.device))
         h = self.model.hidden(tokens.to(self.device), ctx)  # [B, T, dim]

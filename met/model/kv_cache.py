@@ -52,10 +52,11 @@ class KVCache:
         self.lengths[slot] = length
         self.mtp_lengths[slot] = min(self.mtp_lengths[slot], length)
 
-    def write(self, layer: int, slots: torch.Tensor, pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store k, v ([B, T, n_kv_heads, head_dim]) of slots ([B]) at positions pos ([B, T])."""
-        pos = pos.clamp(max=self.k.shape[2] - 1)
-        rows = slots[:, None].expand_as(pos)
+    def write(self, layer: int, rows: torch.Tensor, pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store k, v ([B, T, n_kv_heads, head_dim]) at slot rows ([B, T]) and positions pos ([B, T]).
+
+        Positions past the end (padding rows of a ragged batch) must already be clamped into PAD_ROOM.
+        """
         self.k[layer].index_put_((rows, pos), k)
         self.v[layer].index_put_((rows, pos), v)
 

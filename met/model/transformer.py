@@ -20,6 +20,9 @@ class CacheContext:
     upto: int  # keys read per slot: max(pos) + 1
     contiguous: bool  # slots are exactly 0..B-1, so reads are views
     mask: torch.Tensor  # [B, 1, T, upto] True where a query may attend
+    full_rows: bool  # every row attends to all upto keys (one token per row, all at the same position)
+    rows: torch.Tensor  # [B, T] slot of each token, for cache writes
+    write_pos: torch.Tensor  # [B, T] pos clamped into the cache (padding lands in PAD_ROOM)
 
     @classmethod
     def build(cls, cache: KVCache, slots: list[int], pos: torch.Tensor) -> "CacheContext":
@@ -29,7 +32,10 @@ class CacheContext:
         keys = torch.arange(upto, device=device)
         mask = (keys[None, None, :] <= pos[:, :, None])[:, None]  # causal over each row's own positions
         contiguous = slots == list(range(len(slots)))
-        return cls(cache, torch.tensor(slots, device=device), pos, upto, contiguous, mask)
+        full_rows = pos.shape[1] == 1 and bool((pos == upto - 1).all())
+        slot_t = torch.tensor(slots, device=device)
+        write_pos = pos.clamp(max=cache.k.shape[2] - 1)
+        return cls(cache, slot_t, pos, upto, contiguous, mask, full_rows, slot_t[:, None].expand_as(pos), write_pos)
 
 
 class RMSNorm(nn.Module):
@@ -83,7 +89,7 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
         gqa = self.n_heads != self.n_kv_heads
         if ctx is not None:
-            ctx.cache.write(layer, ctx.slots, ctx.pos, k, v)
+            ctx.cache.write(layer, ctx.rows, ctx.write_pos, k, v)
             keys, values = ctx.cache.read(layer, ctx.slots, ctx.upto, ctx.contiguous)
             out = F.scaled_dot_product_attention(
                 q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), attn_mask=ctx.mask, enable_gqa=gqa
@@ -152,6 +158,28 @@ class MTP(nn.Module):
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
 
 
+@dataclass
+class _Fused:
+    """Inference weights of one layer packed for fewer, larger kernels (built by Transformer.fuse)."""
+
+    wqkv: torch.Tensor  # [(H + 2 * Hkv) * head_dim, dim]: q, k, v projections stacked
+    w13: torch.Tensor  # [2 * ffn, dim]: gate and up projections stacked
+    wo: torch.Tensor
+    w2: torch.Tensor
+    norm1: torch.Tensor
+    norm2: torch.Tensor
+
+
+def _fuse_layer(layer: "DecoderLayer") -> _Fused:
+    a, m = layer.self_attn, layer.mlp
+    return _Fused(
+        torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).detach(),
+        torch.cat([m.gate_proj.weight, m.up_proj.weight]).detach(),
+        a.o_proj.weight.detach(), m.down_proj.weight.detach(),
+        layer.input_layernorm.weight.detach(), layer.post_attention_layernorm.weight.detach(),
+    )
+
+
 class Transformer(nn.Module):
     """Byte-level Llama decoder; state-dict names match HF LlamaForCausalLM plus `mtp.*`."""
 
@@ -165,6 +193,38 @@ class Transformer(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)  # [max_len + PAD_ROOM, head_dim]
         self.register_buffer("rope_sin", sin, persistent=False)
 
+    def fuse(self) -> None:
+        """Pack weights for the cached inference path; call again after changing weights or dtype."""
+        self._fused = [_fuse_layer(layer) for layer in self.model.layers]
+        self._fused_mtp = _fuse_layer(self.mtp.block) if self.mtp is not None else None
+        half = self.cfg.head_dim // 2
+        sin = self.rope_sin.clone()
+        sin[:, :half] = -sin[:, :half]  # rotate_half(x) * sin == roll(x, half) * signed sin
+        self._rope_signed_sin = sin
+
+    def _layer_cached(self, f: _Fused, x: torch.Tensor, cos, sin, ctx: CacheContext, index: int) -> torch.Tensor:
+        """One decoder layer over cached context with packed weights: same maths as DecoderLayer."""
+        cfg = self.cfg
+        B, T, D = x.shape
+        H, Hkv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        h = F.rms_norm(x, (D,), f.norm1, cfg.norm_eps)
+        qkv = F.linear(h, f.wqkv).view(B, T, H + 2 * Hkv, hd)
+        qk = qkv[:, :, : H + Hkv]
+        qk = qk * cos + qk.roll(hd // 2, -1) * sin  # RoPE on q and k at once
+        q, k, v = qk[:, :, :H], qk[:, :, H:], qkv[:, :, H + Hkv :]
+        ctx.cache.write(index, ctx.rows, ctx.write_pos, k, v)
+        keys, values = ctx.cache.read(index, ctx.slots, ctx.upto, ctx.contiguous)
+        mask = None if T == 1 and ctx.full_rows else ctx.mask
+        a = F.scaled_dot_product_attention(q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
+                                           attn_mask=mask, enable_gqa=H != Hkv)
+        x = x + F.linear(a.transpose(1, 2).reshape(B, T, D), f.wo)
+        gate, up = F.linear(F.rms_norm(x, (D,), f.norm2, cfg.norm_eps), f.w13).chunk(2, -1)
+        return x + F.linear(F.silu(gate) * up, f.w2)
+
+    def _rope_cached(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        dtype = self.lm_head.weight.dtype
+        return self.rope_cos[pos][:, :, None].to(dtype), self._rope_signed_sin[pos][:, :, None].to(dtype)
+
     def _rope(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         dtype = self.lm_head.weight.dtype
         return self.rope_cos[pos][:, :, None].to(dtype), self.rope_sin[pos][:, :, None].to(dtype)  # [B, T, 1, D]
@@ -176,8 +236,13 @@ class Transformer(nn.Module):
 
     def hidden(self, tokens: torch.Tensor, ctx: CacheContext | None = None) -> torch.Tensor:
         """Last-layer hidden states [B, T, dim] (before the final norm) of tokens [B, T]."""
-        cos, sin = self._rope(self._positions(tokens, ctx))
         x = self.model.embed_tokens(tokens)
+        if ctx is not None and getattr(self, "_fused", None) is not None:
+            cos, sin = self._rope_cached(ctx.pos)
+            for i, f in enumerate(self._fused):
+                x = self._layer_cached(f, x, cos, sin, ctx, i)
+            return x
+        cos, sin = self._rope(self._positions(tokens, ctx))
         for layer in self.model.layers:
             x, _ = layer(x, cos, sin, ctx)
         return x
@@ -195,9 +260,12 @@ class Transformer(nn.Module):
         """One MTP pass: hidden [B, T, dim] at positions i and tokens i+1 [B, T] -> (MTP hidden, its (k, v))."""
         if pos is None:
             pos = self._positions(next_tokens, ctx)
-        cos, sin = self._rope(pos)
         m = self.mtp
         x = m.eh_proj(torch.cat([m.hnorm(hidden), m.enorm(self.model.embed_tokens(next_tokens))], dim=-1))
+        if ctx is not None and getattr(self, "_fused_mtp", None) is not None:
+            cos, sin = self._rope_cached(pos)
+            return self._layer_cached(self._fused_mtp, x, cos, sin, ctx, self.cfg.n_layers), None
+        cos, sin = self._rope(pos)
         return m.block(x, cos, sin, ctx, prior)
 
     def mtp_logits(self, mtp_hidden: torch.Tensor) -> torch.Tensor:

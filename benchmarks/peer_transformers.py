@@ -1,0 +1,123 @@
+"""met against Hugging Face transformers on the same weights and prompts, width 1, greedy.
+
+Run: python3 benchmarks/peer_transformers.py [--prompts 8] [--tokens 128] [--repeats 3]
+
+The embedded recipe's main model is exported as a LlamaForCausalLM checkpoint; transformers'
+generate runs it plain and with prompt lookup, met runs it plain and with its speculation
+(MTP at depths 1..4 and prompt lookup). Each engine runs the same held-out prompts, interleaved
+over repeats; tokens/s is generated tokens over wall time of the whole generate call (prefill
+included for both). The greedy texts are compared token by token.
+"""
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import transformers
+
+from met.engine.generate import generate
+from met.engine.runner import ModelRunner
+from met.model.corpus import heldout_prompts
+from met.model.hf_export import export_hf
+from met.model.recipes import embedded
+from met.model.tokenizer import encode
+
+
+def hf_generate(hf, prompt: list[int], tokens: int, lookup: int | None) -> tuple[list[int], float]:
+    """transformers' greedy generate; returns (new tokens, seconds)."""
+    ids = torch.tensor([prompt])
+    kwargs = {"prompt_lookup_num_tokens": lookup} if lookup else {}
+    t = time.perf_counter()
+    with torch.inference_mode():
+        out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=tokens, min_new_tokens=tokens,
+                          do_sample=False, eos_token_id=None, pad_token_id=0, **kwargs)
+    return out[0, len(prompt) :].tolist(), time.perf_counter() - t
+
+
+def met_generate(runner, prompt: list[int], tokens: int, spec: str, depth: int) -> tuple[list[int], float]:
+    """met's generate at width 1; returns (new tokens, seconds including prefill)."""
+    t = time.perf_counter()
+    out = generate(runner, [prompt], tokens, spec, depth, stop_at_eos=False)[0]
+    return out.tokens, time.perf_counter() - t
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/peer_transformers.md"))
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    recipe = embedded()
+    model = recipe.load()
+    runner = ModelRunner(model, 1)
+    hf = transformers.LlamaForCausalLM.from_pretrained(export_hf(model, Path(tempfile.mkdtemp()))).eval()
+    prompts = [encode(p) for p in heldout_prompts(args.prompts, prompt_bytes=256)]
+    engines = {
+        "transformers plain": lambda p: hf_generate(hf, p, args.tokens, None),
+        "transformers prompt lookup (10)": lambda p: hf_generate(hf, p, args.tokens, 10),
+        "met plain": lambda p: met_generate(runner, p, args.tokens, "off", 0),
+        **{f"met mtp depth {d}": (lambda p, d=d: met_generate(runner, p, args.tokens, "mtp", d)) for d in (1, 2, 3, 4)},
+        "met prompt lookup": lambda p: met_generate(runner, p, args.tokens, "prompt-lookup", 8),
+    }
+    for p in prompts[:1]:  # warm-up: first calls pay one-off costs
+        for run in engines.values():
+            run(p)
+    rates: dict[str, list[float]] = {name: [] for name in engines}
+    texts: dict[str, list[list[int]]] = {}
+    for _ in range(args.repeats):
+        for name, run in engines.items():  # interleaved: each engine once per repeat
+            total_tokens, total_s, outs = 0, 0.0, []
+            for p in prompts:
+                toks, s = run(p)
+                total_tokens += len(toks)
+                total_s += s
+                outs.append(toks)
+            rates[name].append(total_tokens / total_s)
+            texts[name] = outs
+    med = {name: statistics.median(r) for name, r in rates.items()}
+    reference = texts["transformers plain"]
+    agree = {name: sum(a == b for a, b in zip(outs, reference)) for name, outs in texts.items()}
+    best_met = max((n for n in med if n.startswith("met ") and n != "met plain"), key=med.get)
+    ratios = {
+        "met plain / transformers plain": med["met plain"] / med["transformers plain"],
+        f"met best speculation ({best_met}) / transformers prompt lookup":
+            med[best_met] / med["transformers prompt lookup (10)"],
+    }
+    lines = [
+        "# met against transformers on the same weights (width 1, greedy)",
+        "",
+        f"Command: `python3 {' '.join(sys.argv)}`",
+        "",
+        f"Machine: `{platform.platform()}`, {torch.get_num_threads()} torch thread(s), torch {torch.__version__}, "
+        f"transformers {transformers.__version__}; recipe `{recipe.id}`; {len(prompts)} held-out prompts x "
+        f"{args.tokens} tokens, {args.repeats} interleaved repeats, median.",
+        "",
+        "| engine | tokens/s | spread | x transformers plain | texts equal to transformers plain |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    base = med["transformers plain"]
+    for name, r in rates.items():
+        lines.append(f"| {name} | {med[name]:.1f} | {(max(r) - min(r)) / med[name]:.0%} | {med[name] / base:.2f} | "
+                     f"{agree[name]}/{len(prompts)} |")
+    lines += ["", *(f"- {k}: **{v:.2f}x**" for k, v in ratios.items())]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    args.out.with_suffix(".json").write_text(json.dumps(
+        {"command": " ".join(sys.argv), "recipe": recipe.id, "tokens_per_s": rates, "median": med,
+         "texts_equal": agree, "ratios": ratios}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
