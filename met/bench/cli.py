@@ -2,4 +2,7 @@
 
 import typer
 
+from met.bench.spec_cost_cli import spec_cost
+
 bench_app = typer.Typer(help="Measure speculation costs on this box.", no_args_is_help=True)
+bench_app.command("spec-cost")(spec_cost)

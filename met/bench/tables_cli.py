@@ -1,8 +1,10 @@
 """The `met tables` sub-app: check and show cost tables and calibrations.
 
-`met tables check PATH` exits 0 when the file is a valid cost table or calibration, 65
-(EX_DATAERR) when it is not (not UTF-8, not TOML, or a field invalid: one line naming the
-field path and its value), and 66 (EX_NOINPUT) when it does not exist or cannot be read.
+`met tables check PATH` exits 0 when the file is a valid cost table or calibration measured
+under this box's key, 65 (EX_DATAERR) when it is not valid (not UTF-8, not TOML, or a field
+invalid: one line naming the field path and its value), 66 (EX_NOINPUT) when it does not exist
+or cannot be read (or the recipe to compare with has no weights here), and 78 (EX_CONFIG) when
+its key is not this box's and recipe's (every mismatch listed); `--no-key` checks the file alone.
 """
 
 import tomllib
@@ -15,8 +17,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from met.exit_codes import EX_DATAERR, EX_NOINPUT, EX_OK
-from met.speculative.spec_cost import AcceptanceCalibration, CostTable, TableParseError
+from met.exit_codes import EX_CONFIG, EX_DATAERR, EX_NOINPUT, EX_OK
+from met.speculative.spec_cost import AcceptanceCalibration, CostTable, DrafterMismatch, TableParseError
 from met.speculative.spec_cost.plan import choose, estimate_depths
 
 tables_app = typer.Typer(help="Check and show measured cost tables.", no_args_is_help=True)
@@ -27,6 +29,16 @@ CalibrationOpt = Annotated[
     Path | None,
     typer.Option("--calibration", help="The drafter's calibration file: adds expected tokens, tok/s and tok/J."),
 ]
+DEFAULT_RECIPE = "met-tiny-py"  # met.model.recipes.DEFAULT_RECIPE, not imported: that module needs torch
+NoKeyOpt = Annotated[bool, typer.Option("--no-key", help="Check the file alone, not its key against this box.")]
+RecipeOpt = Annotated[str, typer.Option("--recipe", help="The recipe the key is compared with (embedded name).")]
+BoxClassOpt = Annotated[str | None, typer.Option(
+    "--box-class", help="This box's class, if the table was measured with --box-class (default: derived).",
+    show_default=False)]
+DeviceOpt = Annotated[str | None, typer.Option(
+    "--device", help="Device the serve would run on (default: cuda if available, else cpu).", show_default=False)]
+DtypeOpt = Annotated[str | None, typer.Option(
+    "--dtype", help="Dtype the serve would run in (default: bfloat16 on cuda, float32 on cpu).", show_default=False)]
 SlackOpt = Annotated[float, typer.Option("--slack", min=0.0, max=0.99, help="--spec-cost-slack the plan is shown at.")]
 
 
@@ -74,10 +86,21 @@ def _refuse(exc: Refusal) -> typer.Exit:
 
 
 @tables_app.command("check")
-def check(path: FileArg) -> None:
-    """Validate a cost table or calibration: exit 0 valid, 65 invalid (naming the field), 66 unreadable."""
+def check(path: FileArg, no_key: NoKeyOpt = False, recipe: RecipeOpt = DEFAULT_RECIPE, box_class: BoxClassOpt = None,
+          device: DeviceOpt = None, dtype: DtypeOpt = None) -> None:
+    """Validate a cost table or calibration and compare its key with this box and recipe.
+
+    Exit 0 valid and measured under this key, 65 invalid (naming the field), 66 unreadable,
+    78 measured under another key (every mismatch listed; --no-key skips the comparison).
+    """
     try:
         parsed = load(path)
+        if not no_key:
+            mismatches = key_mismatches(parsed, recipe, box_class, device, dtype)
+            if mismatches:
+                lines = "\n".join(f"{path}: {m}" for m in mismatches)
+                raise Refusal(EX_CONFIG, f"{lines}\n{path}: measured under another key ({len(mismatches)} "
+                              "mismatches); re-measure here, or pass --no-key to check the file alone")
     except Refusal as exc:
         raise _refuse(exc) from None
     if isinstance(parsed, CostTable):
@@ -89,6 +112,43 @@ def check(path: FileArg) -> None:
         typer.echo(f"{path}: valid calibration for drafter {parsed.drafter}: {parsed.outcomes} outcomes, "
                    f"{len(parsed.bins)} confidence bins, {len(parsed.position_priors)} position priors")
     raise typer.Exit(EX_OK)
+
+
+def key_mismatches(parsed: CostTable | AcceptanceCalibration, recipe: str, box_class: str | None,
+                   device: str | None, dtype: str | None) -> list[str]:
+    """How the file's key differs from what this box would measure or serve for `recipe` (one line each)."""
+    # Not at the top: the key needs torch and the recipe, and `--no-key` (and `show`) need neither.
+    from met.engine import identity
+    from met.model.recipes import RecipeError, embedded
+
+    try:
+        found = embedded(recipe)
+    except RecipeError as exc:
+        raise Refusal(EX_NOINPUT, f"cannot compare the key: {exc}; or pass --no-key to check the file alone") from None
+    if isinstance(parsed, AcceptanceCalibration):
+        mine = identity.mtp_drafter_key(found)
+        if parsed.drafter == mine:
+            return []
+        return [DrafterMismatch("drafter", parsed.drafter, mine).message()]
+    device = device or identity.default_device()
+    try:
+        settings = identity.RunSettings(dtype or identity.default_dtype(device), device, torch_threads())
+        modes = [m for m in parsed.key.modes if m in identity.KNOWN_MODES]
+        mine_key = identity.serve_table_key(found.id, found.config, settings, parsed.key.energy_source,
+                                            modes or ["decode"], box_class)
+    except (RuntimeError, ValueError) as exc:
+        raise typer.BadParameter(f"cannot build this box's key: {exc}") from None
+    lines = [m.message() for m in parsed.key.check(mine_key)]
+    lines += [f"mode '{m}' is not one this met runs ({', '.join(identity.KNOWN_MODES)}); re-measure with this met"
+              for m in parsed.key.modes if m not in identity.KNOWN_MODES]
+    return lines
+
+
+def torch_threads() -> int:
+    """torch's intra-op thread count now (what a serve started from this shell would use)."""
+    import torch
+
+    return torch.get_num_threads()
 
 
 @tables_app.command("show")

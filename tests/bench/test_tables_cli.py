@@ -81,7 +81,8 @@ def mistype(old: str, new: str) -> str:
 
 
 def check(path) -> tuple[int, str, str]:
-    result = tables("check", str(path))
+    """`met tables check --no-key PATH`: the file alone (its key is compared in test_tables_key.py)."""
+    result = tables("check", "--no-key", str(path))
     return result.exit_code, result.stdout, result.stderr
 
 
@@ -200,5 +201,5 @@ def test_check_reads_what_the_library_writes(tmp_path):
 def test_met_tables_is_wired_into_met(tmp_path):
     from met.cli import app
 
-    result = runner.invoke(app, ["tables", "check", str(write(tmp_path, TABLE))])
+    result = runner.invoke(app, ["tables", "check", "--no-key", str(write(tmp_path, TABLE))])
     assert result.exit_code == EX_OK and "valid cost table" in result.stdout

@@ -1,0 +1,132 @@
+"""The drafter's acceptance calibration: run the MTP drafter against the target, record and fit every judged draft.
+
+Prompts are the held-out files of the model card's corpus split by default (code the model
+never trained on), or the user's. Each prompt is generated greedily with MTP drafts at a fixed
+depth; a draft is *judged* when every draft before it in its chain was accepted, and each judged
+draft gives one outcome (its top-1 log-prob, accepted or not, its 1-based position).
+"""
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from met.engine.runner import Draft, ModelRunner, Sampling
+from met.model.corpus import heldout_prompts
+from met.model.tokenizer import EOS, encode
+from met.model.transformer import Transformer
+from met.speculative.spec_cost import AcceptanceCalibration, DrafterKey
+
+Outcome = tuple[float | None, bool, int]  # (drafter's top-1 log-prob, accepted, 1-based position)
+
+
+class PromptError(Exception):
+    """Calibration prompts that cannot be used; the message names the file and what is wrong."""
+
+
+class PromptsMissing(PromptError):
+    """The calibration prompts' file or folder does not exist."""
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationParams:
+    """How the calibration runs: prompts, their length, tokens generated per prompt, draft depth, batch."""
+
+    prompts: int = 64  # held-out prompts (when none are given)
+    prompt_bytes: int = 256  # bytes of each prompt (held-out files are cut to this)
+    new_tokens: int = 128  # tokens generated per prompt
+    depth: int = 4  # drafts per step: outcomes are recorded at positions 1..=depth
+    batch: int = 16  # sequences per step
+
+    def __post_init__(self) -> None:
+        for name in ("prompts", "prompt_bytes", "new_tokens", "depth", "batch"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"calibration {name} must be at least 1, got {getattr(self, name)}")
+
+
+QUICK_CALIBRATION = CalibrationParams(prompts=8, prompt_bytes=64, new_tokens=32, depth=2, batch=8)
+
+
+def read_prompts(path: Path, params: CalibrationParams) -> list[str]:
+    """Prompts from a folder (each file's first prompt_bytes bytes) or a JSON Lines file (strings or {"prompt": ...})."""
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+        prompts = [p.read_bytes()[: params.prompt_bytes].decode("utf-8", errors="ignore") for p in files]
+        prompts = [p for p in prompts if p]
+        if not prompts:
+            raise PromptError(f"{path}: the folder holds no non-empty files to use as prompts")
+        return prompts
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise PromptsMissing(f"{path}: no such file or folder") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PromptError(f"{path}: cannot be read as UTF-8 text ({exc})") from None
+    prompts = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise PromptError(f'{path}:{i}: not JSON ({exc.msg}); each line is a JSON string or {{"prompt": "..."}}, '
+                              "or pass a folder of text files") from None
+        text = item.get("prompt") if isinstance(item, dict) else item
+        if not isinstance(text, str) or not text:
+            raise PromptError(f'{path}:{i}: expected a non-empty string or {{"prompt": "..."}}')
+        prompts.append(text)
+    if not prompts:
+        raise PromptError(f"{path}: holds no prompts")
+    return prompts
+
+
+def default_prompts(params: CalibrationParams) -> list[str]:
+    """The held-out files of the corpus split, cut to prompt_bytes: code the model never trained on."""
+    return heldout_prompts(params.prompts, params.prompt_bytes)
+
+
+def judged(draft: Draft, accepted: int) -> Iterator[Outcome]:
+    """The outcomes of one verified chain: drafts 1..accepted accepted, the next one rejected, the rest unjudged."""
+    for position, confidence in enumerate(draft.confidences[: accepted + 1], start=1):
+        yield confidence, position <= accepted, position
+
+
+def collect(model: Transformer, prompts: list[list[int]], params: CalibrationParams,
+            on_batch: Callable[[int, int], None] = lambda done, total: None) -> list[Outcome]:
+    """Every judged draft of greedy MTP generation over the prompts, `params.batch` at a time."""
+    longest = max(len(p) for p in prompts)
+    max_len = min(model.cfg.max_seq_len, longest + params.new_tokens + params.depth + 1)
+    runner = ModelRunner(model, params.batch, max_len)
+    outcomes: list[Outcome] = []
+    for start in range(0, len(prompts), params.batch):
+        batch = [p[-(max_len - params.depth - 2):] for p in prompts[start: start + params.batch]]
+        slots = list(range(len(batch)))
+        runner.prefill(slots, batch, [Sampling()] * len(batch))
+        emitted = dict.fromkeys(slots, 1)
+        live = slots
+        while live:
+            depths = [max(0, min(params.depth, runner.room(s), params.new_tokens - emitted[s] - 1)) for s in live]
+            drafts = runner.draft_mtp(live, depths)
+            results = runner.verify(live, drafts)
+            still = []
+            for slot, draft, result in zip(live, drafts, results):
+                outcomes.extend(judged(draft, result.accepted))
+                emitted[slot] += len(result.tokens)
+                if emitted[slot] >= params.new_tokens or EOS in result.tokens or runner.room(slot) < 1:
+                    runner.release(slot)
+                else:
+                    still.append(slot)
+            live = still
+        on_batch(min(start + params.batch, len(prompts)), len(prompts))
+    return outcomes
+
+
+def calibrate(model: Transformer, texts: list[str], drafter: DrafterKey, params: CalibrationParams,
+              meta: dict[str, object] | None = None,
+              on_batch: Callable[[int, int], None] = lambda done, total: None) -> AcceptanceCalibration:
+    """Fit the drafter's AcceptanceCalibration on greedy generation from `texts` (SpecCostError if too few drafts)."""
+    prompts = [encode(t)[: params.prompt_bytes] or [0] for t in texts]
+    outcomes = collect(model, prompts, params, on_batch)
+    info = {"prompts": len(prompts), "prompt_bytes": params.prompt_bytes, "new_tokens": params.new_tokens,
+            "depth": params.depth, "acceptance": "greedy (target argmax)", **(meta or {})}
+    return AcceptanceCalibration.fit(outcomes, drafter, info)

@@ -1,0 +1,267 @@
+"""`met bench spec-cost`: measure the cost table (and the drafter's calibration) of this box and write them safely.
+
+The command parses, takes the table's lock, opens the meter, loads the recipe, runs the sweep
+(met.bench.sweep) and the calibration (met.bench.calibrate), and writes both atomically
+(met.bench.table_files); every refusal is one line on stderr and a documented exit status.
+"""
+
+import datetime as dt
+import platform
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Annotated
+
+import torch
+import typer
+
+from met import __version__
+from met.bench import calibrate as cal
+from met.bench.meters import ENERGY_CHOICES, EnergyReadError, EnergyUnavailable, Meter, open_meter
+from met.bench.progress import Reporter
+from met.bench.sweep import QUICK, SweepParams, check_fits, measure
+from met.bench.table_files import (LockHeld, TableLock, changes, read_existing, remove_stale_temps,
+                                   write_atomic)
+from met.engine.identity import (RunSettings, box_class, default_device, default_dtype, device_name,
+                                 mtp_drafter_key, serve_table_key)
+from met.exit_codes import EX_DATAERR, EX_NOINPUT, EX_OK, EX_TEMPFAIL, EX_UNAVAILABLE
+from met.model.recipes import DEFAULT_RECIPE, Recipe, RecipeError, embedded
+from met.speculative.spec_cost import AcceptanceCalibration, CostTable, SpecCostError, TableParseError
+
+EX_USAGE = 2  # what click answers a bad option with; the command uses it for bad values it finds later
+
+RecipeOpt = Annotated[str, typer.Option("--recipe", help="Embedded model recipe to measure.")]
+BoxClassOpt = Annotated[str | None, typer.Option(
+    "--box-class", help="Box class the table is keyed by (default: derived, e.g. nvidia-h200x1, cpu-amd-epyc-2t).",
+    show_default=False)]
+DeviceOpt = Annotated[str | None, typer.Option(
+    "--device", help="Torch device to measure on (default: cuda if available, else cpu).", show_default=False)]
+DtypeOpt = Annotated[str | None, typer.Option(
+    "--dtype", help="Model dtype (default: bfloat16 on cuda, float32 on cpu).", show_default=False)]
+WidthsOpt = Annotated[str | None, typer.Option(
+    "--widths", help="Batch widths, comma-separated (default: 1,2,4,8,16; --quick: 1,2).", show_default=False)]
+DepthOpt = Annotated[int | None, typer.Option(
+    "--max-depth", min=0, max=16, help="Deepest draft depth k; cells 0..=k (default: 4; --quick: 2).",
+    show_default=False)]
+ContextOpt = Annotated[int | None, typer.Option(
+    "--context-len", min=1, help="Tokens in each sequence's KV cache while timing (default: 256; --quick: 64).",
+    show_default=False)]
+RepeatsOpt = Annotated[int | None, typer.Option(
+    "--repeats", min=1, max=1000, help="Windows per cell; the figure is their median (default: 7; --quick: 3).",
+    show_default=False)]
+WindowOpt = Annotated[float | None, typer.Option(
+    "--window", min=0.001, max=600.0,
+    help="Shortest window in seconds (NVML: at least 1) (default: 0.5; --quick: 0.03).", show_default=False)]
+EnergyOpt = Annotated[str, typer.Option(
+    "--energy", help="Energy source: auto (NVML on a GPU, RAPL on a CPU, where they work; else none), nvml, "
+    "rapl, none.", case_sensitive=False)]
+CalibrateOpt = Annotated[bool, typer.Option(
+    "--calibrate/--no-calibrate", help="Also fit the drafter's acceptance calibration (written beside the table).")]
+PromptsOpt = Annotated[Path | None, typer.Option(
+    "--calibration-prompts", help="Calibration prompts: a JSON Lines file (strings or {\"prompt\": ...}) or a "
+    "folder of text files (default: the model card's held-out files).", show_default=False)]
+OutOpt = Annotated[Path | None, typer.Option(
+    "--out", help="Table file (default: tables/<box_class>/<recipe>.toml); the calibration goes to "
+    "<out>.calibration.toml with .toml dropped.", show_default=False)]
+QuickOpt = Annotated[bool, typer.Option("--quick", help="A small sweep for tests and smoke runs (seconds).")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress and no change report; errors only.")]
+
+DEFAULT = SweepParams(repeats=7, window_s=0.5)
+
+
+class Refusal(Exception):
+    """The run stops: the exit status and the one-line message to print."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def calibration_path(table: Path) -> Path:
+    """Where the calibration of a table goes: `x.toml` -> `x.calibration.toml`."""
+    stem = table.name.removesuffix(".toml")
+    return table.with_name(f"{stem}.calibration.toml")
+
+
+def parse_widths(text: str) -> tuple[int, ...]:
+    """`1,2,4` -> (1, 2, 4); BadParameter naming the bad part."""
+    widths = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) < 1:
+            raise typer.BadParameter(f"{part!r} in {text!r} is not a positive whole number; e.g. 1,2,4,8,16",
+                                     param_hint="--widths")
+        widths.append(int(part))
+    if len(set(widths)) != len(widths):
+        raise typer.BadParameter(f"{text!r} repeats a width", param_hint="--widths")
+    return tuple(widths)
+
+
+def spec_cost(
+    recipe: RecipeOpt = DEFAULT_RECIPE,
+    box_class_: BoxClassOpt = None,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    widths: WidthsOpt = None,
+    max_depth: DepthOpt = None,
+    context_len: ContextOpt = None,
+    repeats: RepeatsOpt = None,
+    window: WindowOpt = None,
+    energy: EnergyOpt = "auto",
+    calibrate: CalibrateOpt = True,
+    calibration_prompts: PromptsOpt = None,
+    out: OutOpt = None,
+    quick: QuickOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Measure what a verify step and an MTP draft step cost at each width and depth on this box; write the table.
+
+    Every cell (n, k) is warmed up, then timed in windows of many identical steps, one window per
+    repeat with the cells in a new shuffled order each repeat; the table keeps each cell's median
+    and its spread. The run holds a lock beside the table and replaces the table atomically, so
+    cron may run it unattended. When a table is already there, each cell's change is printed.
+
+    Exit statuses: 0 table (and calibration) written; 2 bad option value; 65 (EX_DATAERR) nothing
+    written: the calibration prompts are invalid or gave too few judged drafts, or the measured
+    table did not validate; 66 (EX_NOINPUT) the recipe's weights or the calibration prompts are
+    missing; 69 (EX_UNAVAILABLE) the energy source asked for does not work here (the reason is
+    printed); 75 (EX_TEMPFAIL) another run holds the table's lock: nothing was touched, try later.
+    """
+    energy = energy.lower()
+    if energy not in ENERGY_CHOICES:
+        raise typer.BadParameter(f"{energy!r} is not one of {', '.join(ENERGY_CHOICES)}", param_hint="--energy")
+    base = QUICK if quick else DEFAULT
+    device = device or default_device()
+    try:
+        if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"--device {device}: torch sees no CUDA device here; pass --device cpu")
+        params = replace(base, widths=parse_widths(widths) if widths else base.widths,
+                         max_depth=base.max_depth if max_depth is None else max_depth,
+                         context_len=context_len or base.context_len, repeats=repeats or base.repeats,
+                         window_s=window or base.window_s)
+        settings = RunSettings(dtype or default_dtype(device), device, torch.get_num_threads())
+        box = box_class(device, box_class_)
+    except (RuntimeError, ValueError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+    cal_params = replace(cal.QUICK_CALIBRATION if quick else cal.CalibrationParams(), depth=max(1, params.max_depth))
+    request = Request(recipe, box_class_, settings, params, energy, cal_params if calibrate else None,
+                      calibration_prompts, out or Path("tables") / box / f"{recipe}.toml")
+    try:
+        with TableLock(request.out), Reporter(quiet) as reporter:
+            _run(request, reporter)
+    except LockHeld as exc:
+        _fail(EX_TEMPFAIL, str(exc))
+    except Refusal as exc:
+        _fail(exc.code, str(exc))
+    raise typer.Exit(EX_OK)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One run, its options resolved: what to measure, where, how, and where the files go."""
+
+    recipe: str
+    box_override: str | None  # --box-class, else None: derived from the hardware
+    settings: RunSettings
+    params: SweepParams
+    energy: str  # --energy as given: auto, nvml, rapl or none
+    calibration: cal.CalibrationParams | None  # None: --no-calibrate
+    prompts: Path | None  # --calibration-prompts, else None: the held-out files
+    out: Path
+
+
+def _fail(code: int, message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _run(req: Request, reporter: Reporter) -> None:
+    """Everything under the lock: meter, recipe, sweep, calibration, then both writes."""
+    try:
+        meter = open_meter(req.energy, req.settings.device)
+    except EnergyUnavailable as exc:
+        raise Refusal(EX_UNAVAILABLE, f"--energy {req.energy}: {exc}") from None
+    note = meter.info().get("energy_note")
+    reporter.say(f"energy source: {meter.source}" + (f" ({note})" if note else ""))
+    params = replace(req.params, window_s=max(req.params.window_s, meter.min_window_s))
+    recipe = _recipe(req.recipe)
+    try:
+        check_fits(recipe.config, params)
+    except ValueError as exc:
+        raise Refusal(EX_USAGE, str(exc)) from None
+    texts = _prompts(req.prompts, req.calibration) if req.calibration else []
+    model = recipe.load(getattr(torch, req.settings.dtype), req.settings.device)
+    table = _sweep(req, params, recipe, model, meter, reporter)
+    calibration = None
+    if req.calibration:
+        reporter.say(f"calibrating drafter mtp '{recipe.name}' on {len(texts)} prompts")
+        try:
+            calibration = cal.calibrate(model, texts, mtp_drafter_key(recipe), req.calibration,
+                                        {"when": table.meta["when"], "met_version": __version__},
+                                        lambda done, total: reporter.step("calibration", done, total, "prompts"))
+        except SpecCostError as exc:
+            raise Refusal(EX_DATAERR, f"calibration failed, so nothing was written: {exc}") from None
+    _write(req.out, table, calibration, reporter)
+
+
+def _sweep(req: Request, params: SweepParams, recipe: Recipe, model: torch.nn.Module, meter: Meter,
+           reporter: Reporter) -> CostTable:
+    """The measured table, validated exactly as a reader will parse it."""
+    s = req.settings
+    reporter.say(f"measuring {recipe.id} on {device_name(s.device)} ({s.device}, {s.dtype}, {s.threads} threads): "
+                 f"widths {','.join(map(str, params.widths))}, depths 0..={params.max_depth}, "
+                 f"{params.repeats} repeats of {params.window_s:g} s windows")
+    started = time.perf_counter()
+    try:
+        result = measure(model, meter, params, lambda done, total, label: reporter.step("sweep", done, total, label))
+    except EnergyReadError as exc:
+        raise Refusal(EX_UNAVAILABLE, f"the energy source stopped giving usable readings: {exc}") from None
+    modes = ("decode", "verify", "draft_mtp") if params.max_depth else ("decode",)
+    key = serve_table_key(recipe.id, recipe.config, s, meter.source, modes, req.box_override)
+    meta = {"when": dt.datetime.now(dt.UTC).replace(microsecond=0), "met_version": __version__,
+            "torch_version": torch.__version__, "python_version": platform.python_version(),
+            "device": device_name(s.device), "dtype": s.dtype, "threads": s.threads,
+            "sweep_s": round(time.perf_counter() - started, 1), **result.meta, **meter.info()}
+    try:
+        return CostTable.parse(CostTable(key, result.cells, meta).to_toml())
+    except TableParseError as exc:
+        raise Refusal(EX_DATAERR, f"the measured table is invalid, so nothing was written: {exc}") from None
+
+
+def _write(path: Path, table: CostTable, calibration: AcceptanceCalibration | None, reporter: Reporter) -> None:
+    """Both files, atomically (the calibration first), then what changed against the table there before."""
+    old = read_existing(path)
+    remove_stale_temps(path)
+    if calibration is not None:
+        remove_stale_temps(calibration_path(path))
+        write_atomic(calibration_path(path), calibration.to_toml())
+    write_atomic(path, table.to_toml())
+    if reporter.quiet:
+        return
+    for line in changes(old, table):
+        typer.echo(line)
+    typer.echo(f"wrote {path} ({len(table.cells)} cells, energy_source '{table.key.energy_source}', "
+               f"sweep {table.meta['sweep_s']:.0f} s)")
+    if calibration is not None:
+        typer.echo(f"wrote {calibration_path(path)} ({calibration.outcomes} judged drafts, "
+                   f"{len(calibration.bins)} confidence bins, {len(calibration.position_priors)} position priors)")
+
+
+def _recipe(name: str) -> Recipe:
+    try:
+        return embedded(name)
+    except RecipeError as exc:
+        raise Refusal(EX_NOINPUT, str(exc)) from None
+
+
+def _prompts(path: Path | None, params: cal.CalibrationParams) -> list[str]:
+    try:
+        texts = cal.default_prompts(params) if path is None else cal.read_prompts(path, params)
+    except cal.PromptsMissing as exc:
+        raise Refusal(EX_NOINPUT, f"--calibration-prompts {exc}") from None
+    except cal.PromptError as exc:
+        raise Refusal(EX_DATAERR, f"--calibration-prompts {exc}") from None
+    if not texts:
+        raise Refusal(EX_NOINPUT, "the model card's corpus has no held-out files here to calibrate on; "
+                      "pass --calibration-prompts PATH or --no-calibrate")
+    return texts

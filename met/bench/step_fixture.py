@@ -1,0 +1,86 @@
+"""A StepFixture: sequences held in a fixed state so the same draft or verify step can be timed again and again.
+
+A step changes the runner's state (cache lengths, the pending token, the MTP catch-up rows),
+so timing many identical steps needs the state put back after each one. The fixture saves
+each slot's state once and restores it after every step; the KV entries a step writes are
+rewritten identically by the next repetition, and a step's cost does not depend on them.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from met.engine.runner import Draft, ModelRunner, Sampling
+
+GREEDY = Sampling()
+
+
+@dataclass(frozen=True, slots=True)
+class SlotState:
+    """What a step changes in one slot: cache lengths, the pending token and the MTP catch-up rows."""
+
+    length: int
+    mtp_length: int
+    pending: int
+    catchup_h: tuple[torch.Tensor, ...]  # each [dim]
+    catchup_tok: tuple[int, ...]
+
+
+class StepFixture:
+    """Sequences of `context_len` tokens in slots 0..width-1, frozen in one state between steps.
+
+    Built as a real decode would leave them: prefill, one MTP catch-up pass, then `catchup_rows`
+    plain decode steps, so the MTP block has that many rows to catch up on before its first
+    draft (as after a step that emitted that many tokens).
+    """
+
+    def __init__(self, runner: ModelRunner, prompts: list[list[int]], catchup_rows: int = 1) -> None:
+        if catchup_rows < 1:
+            raise ValueError(f"catchup_rows must be at least 1 (the bonus token's row), got {catchup_rows}")
+        self.runner = runner
+        self.slots = list(range(len(prompts)))
+        for slot in self.slots:
+            runner.release(slot)
+        runner.prefill(self.slots, prompts, [GREEDY] * len(prompts))
+        if runner.track_mtp:
+            runner.draft_mtp(self.slots, [1] * len(self.slots))  # the MTP block catches up on the prompt
+        for _ in range(catchup_rows):
+            runner.verify(self.slots, [Draft([], []) for _ in self.slots])
+        self.saved = [self.state(slot) for slot in self.slots]
+        self._drafts: dict[int, list[Draft]] = {}
+
+    def state(self, slot: int) -> SlotState:
+        """The slot's state now (what restore puts back)."""
+        seq, cache = self.runner.seqs[slot], self.runner.cache
+        return SlotState(cache.lengths[slot], cache.mtp_lengths[slot], seq.pending,
+                         tuple(seq.catchup_h), tuple(seq.catchup_tok))
+
+    def restore(self, width: int) -> None:
+        """Put slots 0..width-1 back into the saved state."""
+        cache = self.runner.cache
+        for slot in range(width):
+            state, seq = self.saved[slot], self.runner.seqs[slot]
+            cache.lengths[slot] = state.length
+            cache.mtp_lengths[slot] = state.mtp_length
+            seq.pending = state.pending
+            seq.catchup_h = list(state.catchup_h)
+            seq.catchup_tok = list(state.catchup_tok)
+
+    def drafts(self, width: int, depth: int) -> list[Draft]:
+        """The drafts the MTP drafter proposes from the saved state (cached): what a verify step scores."""
+        if depth == 0:
+            return [Draft([], []) for _ in range(width)]
+        if depth not in self._drafts:
+            self._drafts[depth] = self.runner.draft_mtp(self.slots, [depth] * len(self.slots))
+            self.restore(len(self.slots))
+        return [Draft(list(d.tokens), list(d.confidences)) for d in self._drafts[depth][:width]]
+
+    def verify_step(self, width: int, drafts: list[Draft]) -> None:
+        """One verify step of the first `width` sequences (a plain decode step when the drafts are empty)."""
+        self.runner.verify(self.slots[:width], drafts)
+        self.restore(width)
+
+    def draft_step(self, width: int, depth: int) -> None:
+        """One MTP draft step of depth `depth` for the first `width` sequences."""
+        self.runner.draft_mtp(self.slots[:width], [depth] * width)
+        self.restore(width)

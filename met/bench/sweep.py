@@ -1,0 +1,232 @@
+"""The width x depth sweep: what one verify step and one MTP draft step cost at each (n, k) on this box.
+
+For every cell the same step is timed in windows of many identical steps (a StepFixture puts
+the state back after each). Windows are sized once per cell after a warm-up, then every cell
+gets one window per repeat, the cells visited in a new shuffled order each repeat, so drift
+and heat spread over all depths instead of biasing the last ones. A cell's figure is the median
+over its repeats of the window's cost per step; its spread is the interquartile range of those.
+"""
+
+import math
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from met.bench.meters import EnergyReadError, Meter, Reading, WallMeter, device_sync
+from met.bench.step_fixture import StepFixture
+from met.engine.runner import ModelRunner
+from met.model.config import ModelConfig
+from met.model.transformer import Transformer
+from met.speculative.spec_cost import MAX_DEPTH, Cell
+
+MAX_STEPS_PER_WINDOW = 100_000  # a step faster than window_s / this is not a step worth timing
+ENERGY_RETRIES = 2  # a window refused for its energy reading is measured again, twice as long
+
+
+@dataclass(frozen=True, slots=True)
+class SweepParams:
+    """What to measure and how long: widths, depths 0..=max_depth, context, repeats and window length."""
+
+    widths: tuple[int, ...] = (1, 2, 4, 8, 16)
+    max_depth: int = 4  # the MTP module is trained for 4 recursive drafts
+    context_len: int = 256  # tokens each sequence holds in the KV cache when a step is timed
+    repeats: int = 5  # windows per cell; the cell's figure is their median
+    window_s: float = 0.25  # shortest window (longer where the meter needs it, e.g. NVML's 1 s)
+    warmup_s: float = 0.1  # untimed steps per cell before its steps per window are chosen
+    catchup_rows: int = 1  # MTP catch-up rows before a draft step: the bonus row of a step that accepted nothing
+    seed: int = 0  # the prompts' tokens and the shuffled cell order
+
+    def __post_init__(self) -> None:
+        widths = tuple(self.widths)
+        if not widths or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in widths):
+            raise ValueError(f"widths {widths!r} must be positive whole numbers (e.g. 1,2,4,8,16)")
+        if len(set(widths)) != len(widths):
+            raise ValueError(f"widths {widths!r} repeat a width")
+        object.__setattr__(self, "widths", tuple(sorted(widths)))
+        if not 0 <= self.max_depth <= MAX_DEPTH:
+            raise ValueError(f"max_depth {self.max_depth} is not in 0..={MAX_DEPTH}")
+        if self.context_len < 1:
+            raise ValueError(f"context_len {self.context_len} must be at least 1 token")
+        if self.repeats < 1:
+            raise ValueError(f"repeats {self.repeats} must be at least 1")
+        if not (self.window_s > 0 and math.isfinite(self.window_s)):
+            raise ValueError(f"window_s {self.window_s} must be a positive number of seconds")
+        if not (self.warmup_s >= 0 and math.isfinite(self.warmup_s)):
+            raise ValueError(f"warmup_s {self.warmup_s} must be >= 0 seconds")
+        if self.catchup_rows < 1:
+            raise ValueError(f"catchup_rows {self.catchup_rows} must be at least 1")
+
+    @property
+    def cache_len(self) -> int:
+        """Tokens a slot must hold: context, the catch-up steps, and the deepest verify."""
+        return self.context_len + self.catchup_rows + self.max_depth + 1
+
+
+QUICK = SweepParams(widths=(1, 2), max_depth=2, context_len=64, repeats=3, window_s=0.03, warmup_s=0.02)
+"""A small sweep for tests and smoke runs: seconds, not minutes."""
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One thing timed: the verify step or the draft step of cell (n, k)."""
+
+    n: int
+    k: int
+    step: str  # "verify" or "draft"
+
+    @property
+    def label(self) -> str:
+        return f"n={self.n} k={self.k} {self.step}"
+
+
+@dataclass(slots=True)
+class Series:
+    """A task's windows: steps per window and each window's per-step seconds and joules."""
+
+    steps: int = 1
+    seconds: list[float] = field(default_factory=list)
+    joules: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    """The measured cells and what the table's [meta] should say about how they were measured."""
+
+    cells: tuple[Cell, ...]
+    meta: dict[str, object]
+
+
+def tasks(params: SweepParams) -> list[Task]:
+    """Every timed step of the sweep: a verify at each (n, k), a draft at each (n, k >= 1)."""
+    found = []
+    for n in params.widths:
+        for k in range(params.max_depth + 1):
+            found.append(Task(n, k, "verify"))
+            if k:
+                found.append(Task(n, k, "draft"))
+    return found
+
+
+def check_fits(cfg: ModelConfig, params: SweepParams) -> None:
+    """ValueError, with what to change, when the sweep does not fit the model."""
+    if params.cache_len > cfg.max_seq_len:
+        raise ValueError(f"context_len {params.context_len} + {params.catchup_rows} catch-up + depth "
+                         f"{params.max_depth} + 1 = {params.cache_len} tokens exceed the model's max_seq_len "
+                         f"{cfg.max_seq_len}; lower --context-len or --max-depth")
+    if params.max_depth and cfg.mtp_depth == 0:
+        raise ValueError("the model has no MTP module to draft with; pass --max-depth 0")
+
+
+def measure(model: Transformer, meter: Meter, params: SweepParams,
+            on_window: Callable[[int, int, str], None] = lambda done, total, label: None) -> SweepResult:
+    """Time every cell of the sweep on `model` with `meter`; `on_window(done, total, label)` reports progress."""
+    check_fits(model.cfg, params)
+    runner = ModelRunner(model, max(params.widths), params.cache_len)
+    gen = torch.Generator().manual_seed(params.seed)
+    vocab = min(model.cfg.vocab_size, 256)  # byte tokens: any text's, never BOS/EOS
+    prompts = torch.randint(0, vocab, (max(params.widths), params.context_len), generator=gen).tolist()
+    fixture = StepFixture(runner, prompts, params.catchup_rows)
+    todo = tasks(params)
+    window_s = max(params.window_s, meter.min_window_s)
+    total = len(todo) * (params.repeats + 1)
+    series: dict[Task, Series] = {}
+    done = 0
+    for task in todo:  # warm up each cell and size its window
+        series[task] = Series(_steps_for(fixture, task, window_s, params.warmup_s))
+        done += 1
+        on_window(done, total, f"warm-up {task.label}")
+    order = random.Random(params.seed)
+    for repeat in range(params.repeats):
+        shuffled = todo[:]
+        order.shuffle(shuffled)
+        for task in shuffled:
+            reading, steps = _window(fixture, task, meter, series[task].steps)
+            series[task].seconds.append(reading.seconds / steps)
+            if reading.joules is not None:
+                series[task].joules.append(reading.joules / steps)
+            done += 1
+            on_window(done, total, f"repeat {repeat + 1}/{params.repeats} {task.label}")
+    cells = tuple(_cell(n, k, series, meter.source != "none")
+                  for n in params.widths for k in range(params.max_depth + 1))
+    steps = [series[t].steps for t in todo]
+    meta = {"context_len": params.context_len, "repeats": params.repeats, "window_s": window_s,
+            "warmup_s": params.warmup_s, "steps_per_window_min": min(steps), "steps_per_window_max": max(steps),
+            "catchup_rows": params.catchup_rows, "cell_order": "shuffled per repeat (seed "
+            f"{params.seed})", "figure": "median over repeats of window cost / steps",
+            "spread": "interquartile range over repeats, same unit"}
+    return SweepResult(cells, meta)
+
+
+def _step(fixture: StepFixture, task: Task) -> Callable[[], None]:
+    """The task's step as a no-argument call (drafts are made once, outside any window)."""
+    if task.step == "draft":
+        return lambda: fixture.draft_step(task.n, task.k)
+    drafts = fixture.drafts(task.n, task.k)
+    return lambda: fixture.verify_step(task.n, drafts)
+
+
+def _steps_for(fixture: StepFixture, task: Task, window_s: float, warmup_s: float) -> int:
+    """Warm the cell up for warmup_s (at least two steps), then the steps that fill a window."""
+    step = _step(fixture, task)
+    clock = WallMeter(device_sync(str(fixture.runner.device)))  # sizes windows; never gives a figure
+    ran, start = 0, time.perf_counter()
+    while ran < 2 or time.perf_counter() - start < warmup_s:
+        step()
+        ran += 1
+    probe = max(1, min(ran, 8))
+    clock.start()
+    for _ in range(probe):
+        step()
+    per_step = max(clock.stop().seconds / probe, 1e-9)
+    return max(3, min(MAX_STEPS_PER_WINDOW, math.ceil(window_s / per_step)))
+
+
+def _window(fixture: StepFixture, task: Task, meter: Meter, steps: int) -> tuple[Reading, int]:
+    """One measured window of `steps` identical steps (after one untimed step to settle caches)."""
+    step = _step(fixture, task)
+    for attempt in range(ENERGY_RETRIES + 1):
+        step()
+        meter.start()
+        for _ in range(steps):
+            step()
+        try:
+            return meter.stop(), steps
+        except EnergyReadError:
+            if attempt == ENERGY_RETRIES:
+                raise
+            steps *= 2
+    raise AssertionError("unreachable")
+
+
+def _cell(n: int, k: int, series: dict[Task, Series], energy: bool) -> Cell:
+    """The cell's medians and spreads; at k = 0 nothing is drafted, so its draft costs are exactly 0."""
+    verify = series[Task(n, k, "verify")]
+    draft = series.get(Task(n, k, "draft"))
+    values: dict[str, float | None] = {
+        "verify_s": _median(verify.seconds), "verify_s_spread": _iqr(verify.seconds),
+        "draft_s": _median(draft.seconds) if draft else 0.0, "draft_s_spread": _iqr(draft.seconds) if draft else 0.0}
+    if energy:
+        values |= {"verify_j": _median(verify.joules), "verify_j_spread": _iqr(verify.joules),
+                   "draft_j": _median(draft.joules) if draft else 0.0,
+                   "draft_j_spread": _iqr(draft.joules) if draft else 0.0}
+    return Cell(n, k, **values)
+
+
+def _median(values: list[float]) -> float:
+    return _round(statistics.median(values))
+
+
+def _iqr(values: list[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return _round(max(0.0, q3 - q1))
+
+
+def _round(value: float) -> float:
+    """Five significant digits: far finer than any window repeats, and a table diff stays readable."""
+    return float(f"{value:.5g}")

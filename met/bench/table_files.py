@@ -1,0 +1,179 @@
+"""Table files on disk: the run lock, atomic replacement, and what changed against the table already there.
+
+A run holds a non-blocking exclusive lock on `<table>.lock` from before it measures until after
+it writes, so a second run (a cron job overlapping a hand run) fails at once and touches nothing.
+A write goes to a temp file in the table's folder, is fsynced, and replaces the table with
+os.replace, so a reader (or a run killed at any moment) sees the old table or the new one whole,
+never a mix. Temp files a killed run left behind are removed by the next run that holds the lock.
+"""
+
+import fcntl
+import os
+import statistics
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from met.speculative.spec_cost import CostTable, TableKey, TableParseError
+
+TEMP_SUFFIX = ".tmp"
+
+
+class LockHeld(Exception):
+    """Another run holds the table's lock; the message names the lock file and its holder."""
+
+
+def lock_path(table: Path) -> Path:
+    """The lock file beside a table: `x.toml` -> `x.toml.lock`."""
+    return table.with_name(table.name + ".lock")
+
+
+class TableLock:
+    """An exclusive, non-blocking flock on the lock file beside `table`, held for a whole run.
+
+    The lock file itself is never removed (removing it would let two runs lock two different
+    files); it holds the pid of its last holder, for the message a second run prints.
+    """
+
+    def __init__(self, table: Path) -> None:
+        self.path = lock_path(table)
+        self._fd: int | None = None
+
+    def __enter__(self) -> "TableLock":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+            os.close(fd)
+            who = f" (pid {holder})" if holder.isdigit() else ""
+            raise LockHeld(f"another met bench spec-cost run holds {self.path}{who}; the table was not "
+                           "touched, try again when it has finished") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+def _temp_prefix(path: Path) -> str:
+    return f".{path.name}."
+
+
+def remove_stale_temps(path: Path) -> list[Path]:
+    """Remove temp files an earlier, killed write of `path` left in its folder (call with the lock held)."""
+    removed = []
+    for temp in path.parent.glob(f"{_temp_prefix(path)}*{TEMP_SUFFIX}"):
+        try:
+            temp.unlink()
+            removed.append(temp)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` whole: temp file in the same folder, fsync, os.replace, fsync the folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=TEMP_SUFFIX, dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(temp, 0o644)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)  # the rename itself survives a power cut
+    finally:
+        os.close(folder)
+
+
+@dataclass(frozen=True, slots=True)
+class Existing:
+    """The table already at the path: parsed, or why it could not be (None and None when there is none)."""
+
+    table: CostTable | None = None
+    problem: str | None = None
+
+
+def read_existing(path: Path) -> Existing:
+    """The table now at `path`, if any, for the change report (never raises for a bad file)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return Existing()
+    except (OSError, UnicodeDecodeError) as exc:
+        return Existing(problem=f"cannot be read ({exc})")
+    try:
+        return Existing(CostTable.parse(text))
+    except TableParseError as exc:
+        return Existing(problem=f"is not a valid table ({exc})")
+
+
+def changes(old: Existing, new: CostTable) -> list[str]:
+    """One line per cell of `new`: its costs and their change against the old table's same cell."""
+    if old.problem:
+        lines = [f"the table there {old.problem}; replacing it"]
+    elif old.table is None:
+        return ["no table there before; every cell is new"]
+    else:
+        lines = []
+        if old.table.key != new.key:
+            lines.append(f"the key changed: {key_changes(old.table.key, new.key)}")
+    before = {} if old.table is None else {(c.n, c.k): c for c in old.table.cells}
+    for cell in new.cells:
+        was = before.get((cell.n, cell.k))
+        parts = [_change("verify", cell.verify_s, was and was.verify_s, 1e3, "ms")]
+        if cell.k:
+            parts.append(_change("draft", cell.draft_s, was and was.draft_s, 1e3, "ms"))
+        if cell.verify_j is not None:
+            parts.append(_change("verify", cell.verify_j, was and was.verify_j, 1.0, "J"))
+            if cell.k:
+                parts.append(_change("draft", cell.draft_j, was and was.draft_j, 1.0, "J"))
+        lines.append(f"n={cell.n} k={cell.k}: " + ", ".join(parts))
+    if before:
+        lines.append(median_change(old.table, new))
+    return lines
+
+
+def median_change(old: CostTable, new: CostTable) -> str:
+    """The repeatability line: median over shared cells of |relative change| of step time (verify, draft, both)."""
+    pairs = [(before, cell) for cell in new.cells
+             if (before := next((c for c in old.cells if (c.n, c.k) == (cell.n, cell.k)), None))]
+
+    def median(values: list[float]) -> str:
+        return f"{statistics.median(values):.1%}" if values else "n/a"
+
+    wall = [abs(c.wall_s - b.wall_s) / b.wall_s for b, c in pairs]
+    verify = [abs(c.verify_s - b.verify_s) / b.verify_s for b, c in pairs]
+    draft = [abs(c.draft_s - b.draft_s) / b.draft_s for b, c in pairs if c.k and b.draft_s]
+    return (f"median |change| over {len(pairs)} cells: step time {median(wall)} "
+            f"(verify {median(verify)}, draft {median(draft)})")
+
+
+def key_changes(old: TableKey, new: TableKey) -> str:
+    """What differs between two keys, old -> new, in one line."""
+    found = [f"{attr} '{getattr(old, attr)}' -> '{getattr(new, attr)}'"
+             for attr in ("box_class", "recipe", "energy_source", "schema") if getattr(old, attr) != getattr(new, attr)]
+    for mode in sorted(set(old.modes) | set(new.modes)):
+        if old.digest(mode) != new.digest(mode):
+            found.append(f"plan digest of {mode} {old.digest(mode) or '(none)'} -> {new.digest(mode) or '(none)'}")
+    return "; ".join(found)
+
+
+def _change(name: str, value: float, was: float | None, scale: float, unit: str) -> str:
+    if not was:
+        return f"{name} {value * scale:.4g} {unit} (new)"
+    return f"{name} {value * scale:.4g} {unit} ({(value - was) / was:+.1%})"

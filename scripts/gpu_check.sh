@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# GPU check of `met bench spec-cost`, in a few minutes on a fresh CUDA box with the repo copied onto it:
+#   1. install met from this checkout (offline-tolerant: no dependencies fetched) and check its imports;
+#   2. run the GPU tests (pytest -m gpu);
+#   3. run a short NVML sweep (plus the drafter's calibration) and check the table it writes.
+# Usage: scripts/gpu_check.sh [OUTDIR]   (default: tables/). Writes OUTDIR/<box_class>/met-tiny-py.toml,
+# its .calibration.toml, and OUTDIR/gpu_check.log. Exit status: 0 when every step passed, else 1
+# (the log says which failed; every step runs even after a failure).
+set -u
+cd "$(dirname "$0")/.."
+OUTDIR="${1:-tables}"
+mkdir -p "$OUTDIR"
+LOG="$OUTDIR/gpu_check.log"
+: > "$LOG"
+failed=()
+say() { echo "== $*" | tee -a "$LOG"; }
+run() { "$@" 2>&1 | tee -a "$LOG"; return "${PIPESTATUS[0]}"; }
+
+say "gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ) in $(pwd), out $OUTDIR"
+run nvidia-smi --query-gpu=name,uuid,driver_version,temperature.gpu,clocks.sm,power.draw --format=csv || true
+
+say "install met (no dependencies fetched; torch etc. must already be there)"
+run python -m pip install --no-deps --no-build-isolation -e . -q \
+    || run python -m pip install --no-deps -e . -q \
+    || { say "pip install failed: using the checkout through PYTHONPATH"; export PYTHONPATH="$(pwd)${PYTHONPATH:+:$PYTHONPATH}"; }
+met() { python -c 'import sys; from met.cli import main; sys.argv[0] = "met"; main()' "$@"; }
+run python - <<'EOF' || failed+=("imports")
+import importlib
+missing = []
+for name in ("torch", "typer", "rich", "tomli_w", "numpy", "safetensors", "pynvml", "met.cli", "pytest", "hypothesis"):
+    try:
+        importlib.import_module(name)
+    except Exception as exc:
+        missing.append(f"{name} ({exc})")
+import torch
+print(f"torch {torch.__version__}, CUDA available: {torch.cuda.is_available()}, devices: {torch.cuda.device_count()}")
+if missing:
+    raise SystemExit("missing imports: " + "; ".join(missing))
+if not torch.cuda.is_available():
+    raise SystemExit("torch sees no CUDA device")
+EOF
+
+say "GPU tests: pytest -m gpu"
+run python -m pytest -m gpu -q -p no:cacheprovider tests || failed+=("gpu tests")
+
+BOX="$(python -c 'from met.engine.identity import box_class; print(box_class("cuda"))' 2>>"$LOG")"
+TABLE="$OUTDIR/${BOX:-unknown-box}/met-tiny-py.toml"
+SWEEP=(--device cuda --widths 1,4,16 --max-depth 3 --repeats 3 --window 1.0 --context-len 256 --out "$TABLE")
+say "short NVML sweep -> $TABLE"
+run met bench spec-cost --energy nvml "${SWEEP[@]}"
+status=$?
+if [ "$status" -eq 69 ]; then
+    failed+=("nvml unavailable")
+    say "NVML unavailable (exit 69, reason above); measuring wall time only instead"
+    run met bench spec-cost --energy none "${SWEEP[@]}" || failed+=("sweep (energy none)")
+elif [ "$status" -ne 0 ]; then
+    failed+=("nvml sweep (exit $status)")
+fi
+
+if [ -f "$TABLE" ]; then
+    say "check and show the table"
+    run met tables check "$TABLE" || failed+=("tables check")
+    run met tables check "${TABLE%.toml}.calibration.toml" || failed+=("calibration check")
+    run met tables show "$TABLE" --calibration "${TABLE%.toml}.calibration.toml" || true
+fi
+
+if [ "${#failed[@]}" -eq 0 ]; then
+    say "gpu_check passed"
+    exit 0
+fi
+say "gpu_check FAILED: ${failed[*]}"
+exit 1

@@ -1,0 +1,188 @@
+"""`met bench spec-cost` and `met tables check`'s key comparison through CliRunner, on the micro recipe."""
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from met.bench import meters
+from met.bench.spec_cost_cli import calibration_path
+from met.bench.table_files import TableLock
+from met.cli import app
+from met.exit_codes import EX_CONFIG, EX_DATAERR, EX_NOINPUT, EX_OK, EX_TEMPFAIL, EX_UNAVAILABLE
+from met.speculative.spec_cost import AcceptanceCalibration, CostTable
+
+runner = CliRunner()
+# Smaller than --quick: one repeat of tiny windows on short contexts, so each run takes about a second.
+FAST = ["--widths", "1,2", "--max-depth", "1", "--context-len", "16", "--repeats", "1", "--window", "0.002"]
+
+
+def met(*args: str):
+    return runner.invoke(app, list(args))
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory, micro_recipe):
+    """One `--quick` run (sweep and calibration) whose files several tests read."""
+    import met.bench.spec_cost_cli as spec_cost_cli
+    import met.model.recipes as recipes
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(spec_cost_cli, "embedded", lambda name: micro_recipe)
+        mp.setattr(recipes, "embedded", lambda name: micro_recipe)
+        out = tmp_path_factory.mktemp("tables") / "t.toml"
+        result = met("bench", "spec-cost", "--quick", "--quiet", "--energy", "none", "--out", str(out))
+    return result, out
+
+
+def test_quick_writes_a_table_and_calibration_that_parse(quick_run, micro_recipe):
+    result, out = quick_run
+    assert result.exit_code == EX_OK, result.output
+    assert result.stdout == ""  # --quiet
+    table = CostTable.parse(out.read_text())
+    assert table.widths == (1, 2) and table.kmax == 2 and table.key.energy_source == "none"
+    assert table.key.recipe == micro_recipe.id and table.key.modes == ("decode", "draft_mtp", "verify")
+    cal = AcceptanceCalibration.parse(calibration_path(out).read_text())
+    assert (cal.drafter.kind, cal.drafter.name, cal.drafter.digest) == ("mtp", "micro-random", micro_recipe.digest)
+
+
+def test_tables_check_accepts_the_table_on_this_box(quick_run, use_micro):
+    _, out = quick_run
+    result = met("tables", "check", str(out))
+    assert result.exit_code == EX_OK, result.output
+    result = met("tables", "check", str(calibration_path(out)))
+    assert result.exit_code == EX_OK, result.output
+
+
+def test_tables_check_lists_every_key_mismatch(quick_run, use_micro, tmp_path):
+    # another box class and another dtype: two mismatches, each on its own line, exit 78
+    _, out = quick_run
+    result = met("tables", "check", "--box-class", "nvidia-h200x1", "--dtype", "float64", str(out))
+    assert result.exit_code == EX_CONFIG
+    assert "this box is 'nvidia-h200x1'" in result.stderr
+    assert result.stderr.count("was measured under plan digest") == 3  # decode, verify and draft_mtp
+    assert "Traceback" not in result.output
+    assert met("tables", "check", "--no-key", "--box-class", "x", str(out)).exit_code == EX_OK
+
+
+def test_tables_check_refuses_a_calibration_of_another_drafter(quick_run, use_micro, tmp_path):
+    _, out = quick_run
+    other = tmp_path / "cal.toml"
+    other.write_text(calibration_path(out).read_text().replace(use_micro.digest, "0000feed"))
+    result = met("tables", "check", str(other))
+    assert result.exit_code == EX_CONFIG and "calibration fitted on drafter mtp 'micro-random' @ 0000feed" in result.stderr
+
+
+def test_tables_check_without_the_recipe_says_66(quick_run, monkeypatch):
+    import met.model.recipes as recipes
+
+    def missing(name):
+        raise recipes.RecipeError(f"no embedded recipe {name!r}")
+
+    monkeypatch.setattr(recipes, "embedded", missing)
+    result = met("tables", "check", str(quick_run[1]))
+    assert result.exit_code == EX_NOINPUT and "--no-key" in result.stderr
+
+
+def test_second_run_reports_each_cells_change(use_micro, tmp_path):
+    out = tmp_path / "t.toml"
+    assert met("bench", "spec-cost", *FAST, "--no-calibrate", "--out", str(out)).exit_code == EX_OK
+    result = met("bench", "spec-cost", *FAST, "--no-calibrate", "--out", str(out))
+    assert result.exit_code == EX_OK, result.output
+    assert "n=2 k=1: verify " in result.stdout and "%)" in result.stdout
+    assert f"wrote {out}" in result.stdout
+    assert not calibration_path(out).exists()
+
+
+def test_lock_held_exits_75_and_leaves_the_table_untouched(use_micro, tmp_path):
+    out = tmp_path / "t.toml"
+    out.write_text("the old table\n")
+    before = out.stat().st_mtime_ns
+    with TableLock(out):
+        result = met("bench", "spec-cost", *FAST, "--out", str(out))
+    assert result.exit_code == EX_TEMPFAIL
+    assert "another met bench spec-cost run holds" in result.stderr and "Traceback" not in result.output
+    assert out.read_text() == "the old table\n" and out.stat().st_mtime_ns == before
+
+
+def test_energy_nvml_unavailable_exits_69_with_the_reason(use_micro, tmp_path):
+    out = tmp_path / "t.toml"
+    result = met("bench", "spec-cost", *FAST, "--energy", "nvml", "--device", "cpu", "--out", str(out))
+    assert result.exit_code == EX_UNAVAILABLE
+    assert "--energy nvml: NVML measures a CUDA device" in result.stderr
+    assert not out.exists()
+
+
+def test_energy_rapl_unavailable_exits_69(use_micro, tmp_path, monkeypatch):
+    monkeypatch.setattr(meters, "RAPL_ROOT", tmp_path / "no-powercap")
+    result = met("bench", "spec-cost", *FAST, "--energy", "rapl", "--out", str(tmp_path / "t.toml"))
+    assert result.exit_code == EX_UNAVAILABLE and "no RAPL package zones" in result.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--widths", "1,x"], "'x' in '1,x' is not a positive whole number"),
+    (["--widths", "2,2"], "repeats a width"),
+    (["--energy", "joules"], "'joules' is not one of"),
+    (["--box-class", "../up"], "is not a name"),
+    (["--dtype", "float99"], "dtype 'float99'"),
+    (["--context-len", "500"], "exceed the model's max_seq_len 128"),
+], ids=["widths", "repeated-width", "energy", "box-class", "dtype", "context"])
+def test_bad_values_exit_2_with_the_value(use_micro, tmp_path, args, message):
+    result = met("bench", "spec-cost", *FAST, *args, "--out", str(tmp_path / "t.toml"))
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "t.toml").exists()
+
+
+def test_missing_recipe_exits_66(tmp_path):
+    result = met("bench", "spec-cost", *FAST, "--recipe", "no-such-recipe", "--out", str(tmp_path / "t.toml"))
+    assert result.exit_code == EX_NOINPUT and "no embedded recipe 'no-such-recipe'" in result.stderr
+
+
+def test_calibration_prompts_missing_invalid_or_too_few(use_micro, tmp_path):
+    out = tmp_path / "t.toml"
+    result = met("bench", "spec-cost", *FAST, "--calibration-prompts", str(tmp_path / "nope.jsonl"), "--out", str(out))
+    assert result.exit_code == EX_NOINPUT and "nope.jsonl: no such file" in result.stderr
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('"fine"\n{not json\n')
+    result = met("bench", "spec-cost", *FAST, "--calibration-prompts", str(bad), "--out", str(out))
+    assert result.exit_code == EX_DATAERR and "bad.jsonl:2: not JSON" in result.stderr
+    # one short prompt gives far fewer than 100 judged drafts: refused, and nothing is written
+    few = tmp_path / "few.jsonl"
+    few.write_text(json.dumps("def f():") + "\n")
+    result = met("bench", "spec-cost", "--quick", *FAST, "--calibration-prompts", str(few), "--out", str(out))
+    assert result.exit_code == EX_DATAERR and "needs at least 100 judged drafts" in result.stderr
+    assert not out.exists() and not calibration_path(out).exists()
+
+
+def test_calibration_prompts_from_a_folder(use_micro, tmp_path):
+    folder = tmp_path / "prompts"
+    folder.mkdir()
+    for i in range(8):
+        (folder / f"p{i}.py").write_text(f"def f{i}(x):\n    return x * {i}\n" * 4)
+    out = tmp_path / "t.toml"
+    result = met("bench", "spec-cost", *FAST, "--calibration-prompts", str(folder), "--out", str(out))
+    assert result.exit_code == EX_OK, result.output
+    assert AcceptanceCalibration.parse(calibration_path(out).read_text()).meta["prompts"] == 8
+
+
+def test_help_documents_the_exit_statuses():
+    result = runner.invoke(app, ["bench", "spec-cost", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == EX_OK
+    for status in ("65 (EX_DATAERR)", "66 (EX_NOINPUT)", "69 (EX_UNAVAILABLE)", "75 (EX_TEMPFAIL)"):
+        assert status in result.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_nvml_sweep_on_this_gpu(use_micro, tmp_path):
+    # a one-width NVML sweep: every cell has joules; NVML that does not work here is a skip, with its reason
+    out = tmp_path / "t.toml"
+    result = met("bench", "spec-cost", *FAST, "--widths", "1", "--window", "1.0", "--device", "cuda",
+                 "--energy", "nvml", "--no-calibrate", "--out", str(out))
+    if result.exit_code == EX_UNAVAILABLE:
+        pytest.skip(f"NVML energy unavailable here: {result.stderr.strip()}")
+    assert result.exit_code == EX_OK, result.output
+    table = CostTable.parse(out.read_text())
+    assert table.key.energy_source == "nvml" and all(c.verify_j > 0 for c in table.cells)
+    assert table.key.box_class.startswith("nvidia-")

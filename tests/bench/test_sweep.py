@@ -1,0 +1,129 @@
+"""The sweep (met.bench.sweep) and its StepFixture on the micro preset with random weights."""
+
+import pytest
+import torch
+
+from met.bench.meters import EnergyReadError, Reading, WallMeter
+from met.bench.step_fixture import StepFixture
+from met.bench.sweep import SweepParams, Task, check_fits, measure, tasks
+from met.engine.runner import ModelRunner
+from met.speculative.spec_cost import CostTable, TableKey
+
+TINY = SweepParams(widths=(1, 2), max_depth=2, context_len=16, repeats=2, window_s=0.002, warmup_s=0.0)
+
+
+@pytest.fixture(scope="module")
+def micro_model(micro_recipe):
+    return micro_recipe.load()
+
+
+class FakeEnergyMeter:
+    """A meter with joules: 10 W of wall time; refuses the first `refusals` windows as NVML would."""
+
+    source = "nvml"
+    min_window_s = 0.0
+
+    def __init__(self, refusals: int = 0) -> None:
+        self.wall, self.refusals = WallMeter(), refusals
+
+    def start(self) -> None:
+        self.wall.start()
+
+    def stop(self) -> Reading:
+        seconds = self.wall.stop().seconds
+        if self.refusals:
+            self.refusals -= 1
+            raise EnergyReadError("counter moved by 0 mJ")
+        return Reading(seconds, 10.0 * seconds)
+
+    def info(self) -> dict:
+        return {}
+
+
+def test_tasks_cover_every_cell_and_draft_only_above_zero():
+    found = tasks(SweepParams(widths=(1, 4), max_depth=2))
+    assert len(found) == 2 * (3 + 2)  # per width: verify at k=0..2, draft at k=1..2
+    assert Task(4, 0, "verify") in found and Task(1, 0, "draft") not in found
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"widths": ()}, "widths"),  # no width
+    ({"widths": (1, 0)}, "widths"),  # a zero width
+    ({"widths": (2, 2)}, "repeat"),  # a width twice
+    ({"max_depth": 65}, "max_depth"),
+    ({"repeats": 0}, "repeats"),
+    ({"window_s": 0.0}, "window_s"),
+    ({"catchup_rows": 0}, "catchup_rows"),
+])
+def test_params_refuse_bad_values(change, message):
+    with pytest.raises(ValueError, match=message):
+        SweepParams(**change)
+
+
+def test_params_sort_widths():
+    assert SweepParams(widths=(4, 1, 2)).widths == (1, 2, 4)
+
+
+def test_check_fits_names_the_limit(micro_model):
+    # micro's max_seq_len is 128: 125 + 1 + 2 + 1 = 129 tokens do not fit
+    with pytest.raises(ValueError, match="129 tokens exceed the model's max_seq_len 128; lower --context-len"):
+        check_fits(micro_model.cfg, SweepParams(context_len=125, max_depth=2))
+
+
+def test_fixture_restores_the_state_after_each_step(micro_model):
+    # a verify and a draft step change lengths, pending tokens and catch-up rows; restore undoes all of it
+    runner = ModelRunner(micro_model, 2, 32)
+    fixture = StepFixture(runner, [[1, 2, 3, 4], [5, 6, 7, 8, 9]], catchup_rows=2)
+    before = [fixture.state(s) for s in fixture.slots]
+    assert [len(s.catchup_tok) for s in before] == [2, 2] and before[0].length == 4 + 2
+    first = runner.verify(fixture.slots, fixture.drafts(2, 2))
+    fixture.restore(2)
+    again = runner.verify(fixture.slots, fixture.drafts(2, 2))
+    fixture.restore(2)
+    assert first == again  # the same step from the same state gives the same result
+    fixture.draft_step(2, 2)
+    assert [fixture.state(s) for s in fixture.slots] == before
+
+
+def test_measure_writes_cells_that_make_a_valid_table(micro_model):
+    labels = []
+    result = measure(micro_model, WallMeter(), TINY, lambda done, total, label: labels.append((done, total, label)))
+    assert [(c.n, c.k) for c in result.cells] == [(n, k) for n in (1, 2) for k in range(3)]
+    assert all(c.verify_s > 0 and (c.draft_s > 0) == (c.k > 0) for c in result.cells)
+    assert all(c.verify_j is None and c.verify_s_spread is not None for c in result.cells)
+    table = CostTable(TableKey("cpu-test-1t", "micro@0", "none", {"decode": "a", "verify": "b"}), result.cells,
+                      result.meta)
+    assert CostTable.parse(table.to_toml()) == table
+    total = len(tasks(TINY)) * (TINY.repeats + 1)
+    assert labels[-1][:2] == (total, total)
+    # interleaved: each repeat visits every task once, in its own order
+    repeats = [[lab.split(" ", 2)[2] for _, _, lab in labels if lab.startswith(f"repeat {r}/")] for r in (1, 2)]
+    assert sorted(repeats[0]) == sorted(repeats[1]) and repeats[0] != repeats[1]
+
+
+def test_measure_with_energy_records_joules_and_retries_a_refused_window(micro_model):
+    params = SweepParams(widths=(1,), max_depth=1, context_len=8, repeats=1, window_s=0.002, warmup_s=0.0)
+    result = measure(micro_model, FakeEnergyMeter(refusals=1), params)
+    assert all(c.verify_j and c.verify_j > 0 for c in result.cells)
+    assert result.cells[1].draft_j > 0 and result.cells[0].draft_j == 0.0
+    with pytest.raises(EnergyReadError):
+        measure(micro_model, FakeEnergyMeter(refusals=100), params)
+
+
+def test_fixture_state_is_deterministic(micro_model):
+    # two fixtures from the same prompts reach the same state (greedy), so repeats time the same step
+    a = StepFixture(ModelRunner(micro_model, 1, 16), [[3, 1, 4, 1, 5]])
+    b = StepFixture(ModelRunner(micro_model, 1, 16), [[3, 1, 4, 1, 5]])
+    assert a.saved[0].pending == b.saved[0].pending
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_measure_on_cuda_in_bfloat16(micro_recipe):
+    # the same sweep on the GPU: windows synchronize the device, the cells make a valid table
+    from met.bench.meters import device_sync
+
+    model = micro_recipe.load(torch.bfloat16, "cuda")
+    result = measure(model, WallMeter(device_sync("cuda")), TINY)
+    table = CostTable(TableKey("nvidia-test", "micro@0", "none", {"decode": "a"}), result.cells, result.meta)
+    assert CostTable.parse(table.to_toml()) == table
