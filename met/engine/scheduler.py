@@ -67,6 +67,7 @@ class Scheduler:
         self._early: list = []  # inbox items the idle wait took, before the rest of the inbox
         self._draining = False
         self._thread: threading.Thread | None = None
+        self._publish(None)  # readers see this serve's spec and slots before the first tick
 
     # --- any thread --------------------------------------------------------------------------
 

@@ -195,13 +195,19 @@ async def _collect(service: Service, http: HttpRequest, req: Request, sink: Loop
     """A plain response once the request finishes; cancels the request if the client leaves first."""
     parts: list[str] = []
     done = False
+    loop = asyncio.get_running_loop()
+    checked = loop.time()
     try:
         while True:
             try:
                 event = await asyncio.wait_for(sink.queue.get(), DISCONNECT_POLL_S)
             except TimeoutError:
+                event = None
+            if loop.time() - checked >= DISCONNECT_POLL_S:  # deltas may arrive faster than the poll: check by time
+                checked = loop.time()
                 if await http.is_disconnected():
                     return Response(status_code=499)  # nobody reads it; the finally cancels the request
+            if event is None:
                 continue
             if isinstance(event, Delta):
                 parts.append(event.text)

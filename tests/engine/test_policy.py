@@ -1,0 +1,133 @@
+"""The drafting policies: ladder and rung depths, the gate, the measured planner's use of confidences, clamps."""
+
+from types import SimpleNamespace
+
+from met.engine.policy import PolicyConfig, build_policy
+from met.engine.policy_base import Outcome, PlainPolicy, clamp_depths
+from met.engine.policy_dflash import DflashPolicy
+from met.engine.policy_lookup import LookupPolicy
+from met.engine.policy_mtp import MtpLadderPolicy, MtpPlannedPolicy
+from met.engine.proposer import Proposer
+from met.engine.requests import QueueSink, Request, SeqState
+from met.engine.runner import Draft
+from met.engine.textstream import TextStream
+from met.speculative.mtp_gate import Mode
+from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
+from met.speculative.spec_cost import (AcceptanceCalibration, Cell, ConfidenceBin, CostTable, DrafterKey,
+                                       PositionPrior, SpecCostState, TableKey)
+
+
+def _runner(length: int = 10, max_len: int = 128):
+    return SimpleNamespace(length=lambda slot: length, max_len=max_len)
+
+
+def _seqs(n: int, max_tokens: int = 100, confidences: list[float] | None = None, spec: str = "off") -> list[SeqState]:
+    out = []
+    for i in range(n):
+        req = Request(str(i), (1, 2, 3), max_tokens)
+        out.append(SeqState(req, QueueSink(), i, Proposer(spec, req.prompt), TextStream(),
+                            confidences=list(confidences or [])))
+    return out
+
+
+def test_ladder_depth_by_width():
+    # width 1..=8: all four MTP drafts; width 12: one (the ladder; the rung has no evidence yet)
+    p = MtpLadderPolicy(4, DEFAULT_POOLS, {})
+    assert (p.plan(_runner(), _seqs(1)).depths, p.plan(_runner(), _seqs(1)).why) == ((4,), "ladder")
+    assert p.plan(_runner(), _seqs(12)).depths == (1,) * 12
+
+
+def test_rung_lift_is_clamped_by_default_pools_and_kept_when_lifted():
+    # the rung asks for two at width 12; default pools clamp to one, lifted pools keep two
+    for pools, expected in ((DEFAULT_POOLS, 1), (VerifyPools(DEFAULT_POOLS.tiers, lift_wide_tier=True), 2)):
+        p = MtpLadderPolicy(4, pools, {})
+        p.rung.two_drafts = True
+        plan = p.plan(_runner(), _seqs(12))
+        assert plan.depth == 2 and plan.depths == (expected,) * 12 and plan.why.startswith("rung:two")
+
+
+def test_gate_plain_mode_plans_no_drafts():
+    # when the gate exploits plain decode, the step drafts nothing
+    p = MtpLadderPolicy(4, DEFAULT_POOLS, {})
+    p.gate.window_mode = Mode.PLAIN
+    plan = p.plan(_runner(), _seqs(2))
+    assert (plan.mode, plan.depths, plan.why) == ("plain", (0, 0), "gate:plain")
+
+
+def test_gate_observes_steps_and_switches_to_plain_when_mtp_delivers_less():
+    # MTP windows deliver 1 token per 10 ms; plain 1 per 5 ms: after one window of each the gate exploits plain
+    p = MtpLadderPolicy(4, DEFAULT_POOLS, {})
+    for _ in range(p.gate.params.window_steps):
+        p.observe(p.plan(_runner(), _seqs(1)), [Outcome(4, 0, 1)], 0.010)
+    for _ in range(p.gate.params.window_steps):
+        plan = p.plan(_runner(), _seqs(1))
+        assert plan.mode == "plain"
+        p.observe(plan, [Outcome(0, 0, 1)], 0.005)
+    assert p.gate.exploit is Mode.PLAIN
+
+
+def test_clamps_kv_room_and_remaining_tokens():
+    # 3 positions of KV room left: at most 2 drafts; a request with 2 tokens left drafts at most 1
+    depths, why = clamp_depths(4, _runner(length=125), _seqs(1))
+    assert (depths, why) == ((2,), "clamp:kv")
+    assert clamp_depths(4, _runner(), _seqs(1, max_tokens=2))[0] == (1,)
+
+
+def _state(energy: bool = False) -> SpecCostState:
+    # verify cost grows slowly with k: deep drafts pay only when they are likely accepted
+    box, recipe, digests = "box", "r@d", {"decode": "a", "verify": "b", "draft_mtp": "c"}
+    source = "none"
+    cells = [Cell(n, k, 0.010 + 0.002 * k, 0.0 if k == 0 else 0.001 * k) for n in (1, 8) for k in range(5)]
+    table = CostTable(TableKey(box, recipe, source, digests), cells)
+    drafter = DrafterKey("mtp", "r", "d")
+    bins = [ConfidenceBin(-2.0, 0.05, 500), ConfidenceBin(0.0, 0.95, 500)]
+    priors = [PositionPrior(1, 0.5, 500)]
+    cal = AcceptanceCalibration(drafter, 0.5, 1000, bins, priors)
+    return SpecCostState(table, cal, 0.1, TableKey(box, recipe, source, digests), drafter)
+
+
+def test_measured_planner_uses_the_previous_steps_confidences():
+    # confident last drafts -> deep; unconfident -> plain decode (k = 0); none -> the position priors
+    p = MtpPlannedPolicy(_state(), 4, DEFAULT_POOLS)
+    sure = p.plan(_runner(), _seqs(1, confidences=[-0.01] * 4))
+    unsure = p.plan(_runner(), _seqs(1, confidences=[-5.0] * 4))
+    assert sure.depth == 4 and sure.mode == "mtp" and sure.decision is not None
+    assert unsure.depth == 0 and unsure.mode == "plain"
+    assert p.plan(_runner(), _seqs(1)).decision.k == _state().plan(1).k
+
+
+def test_measured_planner_kmax_respects_the_wide_tier_pool():
+    # width 12 has a one-draft pool: the planner chooses among k <= 1
+    p = MtpPlannedPolicy(_state(), 4, DEFAULT_POOLS)
+    assert p.plan(_runner(), _seqs(12, confidences=[-0.01] * 4)).depth <= 1
+
+
+def test_build_policy_by_flags():
+    # off, mtp static, mtp measured, lookup; measured with a host drafter is refused
+    assert isinstance(build_policy(PolicyConfig("off"), 4), PlainPolicy)
+    assert isinstance(build_policy(PolicyConfig("mtp"), 4), MtpLadderPolicy)
+    assert isinstance(build_policy(PolicyConfig("mtp"), 4, _state()), MtpPlannedPolicy)
+    assert isinstance(build_policy(PolicyConfig("prompt-lookup"), 4), LookupPolicy)
+    try:
+        build_policy(PolicyConfig("ngram"), 4, _state())
+    except ValueError as exc:
+        assert "measured" in str(exc)
+    else:
+        raise AssertionError("measured + ngram was accepted")
+
+
+class _Block:
+    block = 16
+
+    def __call__(self, runner, slots, depths):
+        return [Draft([7] * d, [0.0] * d) for d in depths]
+
+
+def test_dflash_rung_gamma_is_clamped_and_observed():
+    # a single stream asks for the rung's gamma (16 at the top level); the pool clamps it to 4
+    p = DflashPolicy(_Block(), DEFAULT_POOLS)
+    plan = p.plan(_runner(), _seqs(1))
+    assert plan.depth == 16 and plan.depths == (4,) and plan.why == "dflash:single, clamp:pool"
+    assert [len(d.tokens) for d in p.draft(_runner(), _seqs(1), plan)] == [4]
+    p.observe(plan, [Outcome(4, 0, 1)], 0.01)  # first draft rejected: the single-stream rate falls
+    assert p.rung.p1 == 0.0 and p.rung.gamma_for(1) < 16
