@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from met.bench.meters import EnergyUnavailable, open_meter
+from met.bench.spec_cost_cli import calibration_path
 from met.bench.tables_cli import Refusal, read_text
 from met.engine.identity import MODES, RunSettings, mtp_drafter_key, serve_table_key
 from met.exit_codes import EX_CONFIG, EX_DATAERR, EX_UNAVAILABLE
@@ -50,14 +51,13 @@ class MeasuredBoot:
 
 
 def default_table(box: str, recipe_name: str) -> Path:
-    """tables/<box_class>/<recipe>.toml, where `met bench spec-cost` writes by default."""
+    """tables/<box_class>/<recipe>.toml, where `met bench spec-cost` writes by default (its --out default)."""
     return TABLES_DIR / box / f"{recipe_name}.toml"
 
 
 def default_calibration(table: Path) -> Path:
-    """The calibration beside a table, as the bench writes it: `x.toml` -> `x.calibration.toml`."""
-    stem = table.name.removesuffix(".toml")
-    return table.with_name(f"{stem}.calibration.toml")
+    """The calibration beside a table, where the bench writes it: `x.toml` -> `x.calibration.toml`."""
+    return calibration_path(table)
 
 
 def load_table(path: Path) -> CostTable:
