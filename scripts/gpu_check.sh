@@ -40,15 +40,24 @@ if not torch.cuda.is_available():
     raise SystemExit("torch sees no CUDA device")
 EOF
 
-say "GPU tests: pytest -m gpu"
-run python -m pytest -m gpu -q -p no:cacheprovider tests || failed+=("gpu tests")
+# Only the files that hold GPU tests: collecting the whole suite would make this depend on all of it.
+mapfile -t GPU_TESTS < <(grep -rl --include='test_*.py' 'mark.gpu' tests | sort)
+say "GPU tests: pytest -m gpu ${GPU_TESTS[*]}"
+run python -m pytest -m gpu -v -rs -p no:cacheprovider "${GPU_TESTS[@]}" || failed+=("gpu tests")
 
-BOX="$(python -c 'from met.engine.identity import box_class; print(box_class("cuda"))' 2>>"$LOG")"
-TABLE="$OUTDIR/${BOX:-unknown-box}/met-tiny-py.toml"
+if ! BOX="$(python -c 'import torch; from met.engine.identity import box_class
+assert torch.cuda.is_available(), "torch sees no CUDA device"; print(box_class("cuda"))' 2>>"$LOG")"; then
+    failed+=("no CUDA device: sweep skipped")
+    say "gpu_check FAILED: ${failed[*]}"
+    exit 1
+fi
+TABLE="$OUTDIR/$BOX/met-tiny-py.toml"
 SWEEP=(--device cuda --widths 1,4,16 --max-depth 3 --repeats 3 --window 1.0 --context-len 256 --out "$TABLE")
 say "short NVML sweep -> $TABLE"
+start=$SECONDS
 run met bench spec-cost --energy nvml "${SWEEP[@]}"
 status=$?
+say "sweep exit $status after $((SECONDS - start)) s"
 if [ "$status" -eq 69 ]; then
     failed+=("nvml unavailable")
     say "NVML unavailable (exit 69, reason above); measuring wall time only instead"

@@ -47,11 +47,11 @@ ContextOpt = Annotated[int | None, typer.Option(
     "--context-len", min=1, help="Tokens in each sequence's KV cache while timing (default: 256; --quick: 64).",
     show_default=False)]
 RepeatsOpt = Annotated[int | None, typer.Option(
-    "--repeats", min=1, max=1000, help="Windows per cell; the figure is their median (default: 7; --quick: 3).",
+    "--repeats", min=1, max=1000, help="Windows per cell; the figure is their median (default: 9; --quick: 3).",
     show_default=False)]
 WindowOpt = Annotated[float | None, typer.Option(
     "--window", min=0.001, max=600.0,
-    help="Shortest window in seconds (NVML: at least 1) (default: 0.5; --quick: 0.03).", show_default=False)]
+    help="Shortest window in seconds (NVML: at least 1) (default: 0.4; --quick: 0.03).", show_default=False)]
 EnergyOpt = Annotated[str, typer.Option(
     "--energy", help="Energy source: auto (NVML on a GPU, RAPL on a CPU, where they work; else none), nvml, "
     "rapl, none.", case_sensitive=False)]
@@ -66,7 +66,7 @@ OutOpt = Annotated[Path | None, typer.Option(
 QuickOpt = Annotated[bool, typer.Option("--quick", help="A small sweep for tests and smoke runs (seconds).")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress and no change report; errors only.")]
 
-DEFAULT = SweepParams(repeats=7, window_s=0.5)
+DEFAULT = SweepParams(repeats=9, window_s=0.4)
 
 
 class Refusal(Exception):

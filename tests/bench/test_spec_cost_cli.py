@@ -186,3 +186,46 @@ def test_nvml_sweep_on_this_gpu(use_micro, tmp_path):
     table = CostTable.parse(out.read_text())
     assert table.key.energy_source == "nvml" and all(c.verify_j > 0 for c in table.cells)
     assert table.key.box_class.startswith("nvidia-")
+
+
+RUN_MICRO = """
+import sys
+from pathlib import Path
+import torch
+import met.bench.spec_cost_cli as spec_cost_cli
+from met.cli import app
+from met.model.config import ModelConfig
+from met.model.recipes import Recipe
+torch.set_num_threads(1)
+weights, digest = sys.argv[1], sys.argv[2]
+recipe = Recipe("micro-random", ModelConfig.from_name("micro"), Path(weights), digest, {})
+spec_cost_cli.embedded = lambda name: recipe
+sys.argv = ["met", *sys.argv[3:]]
+app()
+"""
+
+
+@pytest.mark.slow
+def test_a_run_killed_at_any_moment_leaves_the_old_table(micro_recipe, tmp_path):
+    # whole runs killed with SIGKILL at random moments (loading, sweeping, calibrating, writing): the
+    # table there before stays whole and parseable, and the next run leaves no temp file behind
+    import random
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "t.toml"
+    argv = [sys.executable, "-c", RUN_MICRO, str(micro_recipe.weights), micro_recipe.digest,
+            "bench", "spec-cost", *FAST, "--quick", "--quiet", "--out", str(out)]
+    assert subprocess.run(argv, capture_output=True).returncode == EX_OK
+    rng = random.Random(7)
+    for _ in range(2):
+        run = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.3, 2.5))
+        run.send_signal(signal.SIGKILL)
+        run.wait()
+        CostTable.parse(out.read_text())  # the old table, or a newer one written whole
+        AcceptanceCalibration.parse(calibration_path(out).read_text())
+    assert subprocess.run(argv, capture_output=True).returncode == EX_OK
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.calibration.toml", "t.toml", "t.toml.lock"]
