@@ -34,16 +34,19 @@ def render(doc: dict, source: str = "") -> Panel:
     head.add_row("rate", rate)
     jpt = doc.get("joules_per_token")
     energy = doc.get("energy_j")
-    head.add_row("energy", "not measured (no energy source in the table)" if jpt is None and energy is None else
-                 f"{jpt if jpt is not None else float('nan'):.4g} J/token planned, "
-                 f"{energy or 0.0:.4g} J priced since start")
+    if jpt is None and energy is None:
+        why = "its table has no energy source" if str(doc.get("spec", "")).endswith("measured") else "no cost table"
+        head.add_row("energy", f"not measured ({why})")
+    else:
+        head.add_row("energy", f"{jpt if jpt is not None else float('nan'):.4g} J/token planned, "
+                     f"{energy or 0.0:.4g} J as the table prices the steps run")
     proposed, accepted = doc.get("drafts_proposed", 0), doc.get("drafts_accepted", 0)
     head.add_row("drafts", f"{accepted}/{proposed} accepted"
                  + (f" ({accepted / proposed:.1%})" if proposed else "")
                  + f"   emitted {doc.get('emitted_tokens', 0)} tokens")
     finished = doc.get("finished") or {}
-    head.add_row("requests", ", ".join(f"{k} {v}" for k, v in sorted(finished.items())) or "none finished"
-                 + (f"   failed ticks {doc['failed_ticks']}" if doc.get("failed_ticks") else ""))
+    done = ", ".join(f"{k} {v}" for k, v in sorted(finished.items())) or "none finished"
+    head.add_row("requests", done + (f"   failed ticks {doc['failed_ticks']}" if doc.get("failed_ticks") else ""))
     pos = Table(title="acceptance per draft position (drafts 0..=i all accepted)", title_justify="left",
                 show_edge=False)
     pos.add_column("position", justify="right")

@@ -44,3 +44,20 @@ def test_bad_keys_files_are_refused(tmp_path, text, words):
     f.write_text(text)
     with pytest.raises(KeysFileError, match=words):
         read_keys_file(f)
+
+
+def test_dashboard_frame_shows_depth_why_acceptance_and_energy():
+    # the fields an operator reads: mode, planned depth and why, per-position acceptance, J/token when measured
+    from rich.console import Console
+
+    from met.serve.tui import render
+
+    doc = {"spec": "mtp/measured", "mode": "mtp", "depth": 2, "why": "k=2: the most tokens/J", "width": 3,
+           "queued": 1, "accepted_at": [5, 3], "proposed_at": [6, 5], "joules_per_token": 0.02, "energy_j": 3.5,
+           "tokens_per_s": 41.0, "finished": {"length": 2}, "failed_ticks": 1}
+    console = Console(width=100, record=True)
+    console.print(render(doc))
+    text = console.export_text()
+    for words in ("planned depth 2", "k=2: the most tokens/J", "83.3%", "0.02 J/token", "41.0 tok/s",
+                  "queued 1", "failed ticks 1"):
+        assert words in text, words
