@@ -54,7 +54,7 @@ WindowOpt = Annotated[float | None, typer.Option(
     help="Shortest window in seconds (NVML: at least 1) (default: 0.4; --quick: 0.03).", show_default=False)]
 EnergyOpt = Annotated[str, typer.Option(
     "--energy", help="Energy source: auto (NVML on a GPU, RAPL on a CPU, where they work; else none), nvml, "
-    "rapl, none.", case_sensitive=False)]
+    "rapl, none.")]
 CalibrateOpt = Annotated[bool, typer.Option(
     "--calibrate/--no-calibrate", help="Also fit the drafter's acceptance calibration (written beside the table).")]
 PromptsOpt = Annotated[Path | None, typer.Option(
