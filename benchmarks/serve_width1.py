@@ -26,7 +26,7 @@ import openai
 import torch
 import uvicorn
 
-from met.engine.identity import RunSettings, box_class, default_dtype
+from met.engine.identity import RunSettings, box_class, default_device, default_dtype
 from met.engine.policy import PolicyConfig
 from met.model.corpus import is_heldout, stdlib_files, stdlib_root
 from met.model.recipes import DEFAULT_RECIPE, embedded
@@ -70,12 +70,15 @@ def main() -> int:
     ap.add_argument("--slack", type=float, default=0.1)
     ap.add_argument("--energy", default="auto")
     ap.add_argument("--box-class", default=None)
+    ap.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    ap.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu (as met serve)")
     ap.add_argument("--out", type=Path, help="append the markdown result here")
     args = ap.parse_args()
 
     recipe = embedded(args.recipe)
-    settings = RunSettings(default_dtype("cpu"), "cpu", torch.get_num_threads())
-    box = box_class("cpu", args.box_class)
+    device = args.device or default_device()
+    settings = RunSettings(args.dtype or default_dtype(device), device, torch.get_num_threads())
+    box = box_class(device, args.box_class)
     table = args.table or default_table(box, recipe.name)
     try:
         state = boot_measured(recipe, settings, MeasuredBoot(table, args.calibration or default_calibration(table),
@@ -83,7 +86,7 @@ def main() -> int:
     except BootError as exc:
         print("\n".join(exc.lines), file=sys.stderr)
         return exc.code
-    model = recipe.load(getattr(torch, settings.dtype))
+    model = recipe.load(getattr(torch, settings.dtype), settings.device)
     names = (recipe.name,)
     configs = {
         "off": Service.build(model, recipe.id, names, PolicyConfig("off"), 1),
