@@ -16,6 +16,7 @@ A step that raises fails the sequences in it (each gets a Failed event, its slot
 the loop goes on, so one bad request never stops the others.
 """
 
+import heapq
 import logging
 import math
 import queue
@@ -61,7 +62,7 @@ class Scheduler:
         self.host_drafts = policy.name in HOST_MODES
         self.waiting: deque[tuple[Request, Sink]] = deque()
         self.running: list[SeqState] = []
-        self.free_slots = list(range(runner.cache.max_batch))
+        self.free_slots = list(range(runner.cache.max_batch))  # a heap: the lowest free slot is taken first
         self.ticks = 0
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()  # ("submit", Request, Sink) | ("cancel", id, None)
         self._early: list = []  # inbox items the idle wait took, before the rest of the inbox
@@ -136,7 +137,8 @@ class Scheduler:
         self._admit()
         plan = None
         if self.running:
-            seqs = list(self.running)
+            # in slot order: a step over slots 0..n-1 reads the KV cache as a view instead of gathering
+            seqs = sorted(self.running, key=lambda s: s.slot)
             try:
                 plan = self.policy.plan(self.runner, seqs)
                 drafts, results, seconds = self._run(seqs, plan)
@@ -183,7 +185,7 @@ class Scheduler:
                 self.counters.record_finish("error")
                 sink.put(Failed(f"the prompt's {len(request.prompt)} tokens do not fit the context of {self.max_len}"))
                 continue
-            seq = SeqState(request, sink, self.free_slots.pop(), self._proposer(request), TextStream(request.stop))
+            seq = SeqState(request, sink, heapq.heappop(self.free_slots), self._proposer(request), TextStream(request.stop))
             admitted.append(seq)
         if not admitted:
             return
@@ -268,7 +270,7 @@ class Scheduler:
         """Take a sequence out: free its slot, hand its tokens to the shared cache, send its last event."""
         self.running.remove(seq)
         self.runner.release(seq.slot)
-        self.free_slots.append(seq.slot)
+        heapq.heappush(self.free_slots, seq.slot)
         self.counters.record_finish(reason)
         if self.host_drafts and reason in ("stop", "length"):
             self.shared.add_request(self.scope(seq.request), [*seq.request.prompt, *seq.generated])
