@@ -50,7 +50,7 @@ class Policy(Protocol):
 
 def clamp_depths(depth: int, runner: ModelRunner, seqs: Sequence[SeqState],
                  pools: VerifyPools = DEFAULT_POOLS) -> tuple[tuple[int, ...], str]:
-    """Per sequence, depth clamped to its slot capacity and its remaining tokens; and the clamp's reason ("" if none)."""
+    """Per sequence, depth clamped to slot capacity and remaining tokens; and the clamp's reason ("" if none)."""
     if not seqs:
         return (), ""
     lens = [runner.length(s.slot) for s in seqs]

@@ -121,7 +121,11 @@ class Scheduler:
                 if self._draining and self._inbox.empty() and not self._early:
                     break
                 self._wait_for_work()
-            self.tick()
+            try:
+                self.tick()
+            except Exception:  # outside the step's own guard (admission, publishing): log, count, keep the loop
+                log.exception("scheduler tick failed")
+                self.counters.failed_ticks += 1
         self._publish(None)
 
     def _wait_for_work(self) -> None:
@@ -185,8 +189,8 @@ class Scheduler:
                 self.counters.record_finish("error")
                 sink.put(Failed(f"the prompt's {len(request.prompt)} tokens do not fit the context of {self.max_len}"))
                 continue
-            seq = SeqState(request, sink, heapq.heappop(self.free_slots), self._proposer(request), TextStream(request.stop))
-            admitted.append(seq)
+            slot = heapq.heappop(self.free_slots)
+            admitted.append(SeqState(request, sink, slot, self._proposer(request), TextStream(request.stop)))
         if not admitted:
             return
         try:

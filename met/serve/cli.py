@@ -43,14 +43,18 @@ def serve(
     spec_cost_slack: Annotated[float, typer.Option(
         min=0.0, max=0.99, help="Tokens/s the planner may give up for tokens/J (0.1: within 10% of the best).")] = 0.1,
     energy: Annotated[str, typer.Option(
-        help="Energy source this serve plans with, as met bench spec-cost --energy: auto | nvml | rapl | none.")] = "auto",
+        help="Energy source this serve plans with (as met bench spec-cost --energy): auto | nvml | rapl | none.",
+    )] = "auto",
     box_class: Annotated[str | None, typer.Option(
-        "--box-class", help="Box class of this serve (default: derived from the hardware).", show_default=False)] = None,
+        "--box-class", help="Box class of this serve (default: derived from the hardware).", show_default=False,
+    )] = None,
     max_batch: Annotated[int, typer.Option(min=1, max=256, help="Sequences decoded together (KV slots).")] = 16,
     max_len: Annotated[int, typer.Option(min=0, help="Context per sequence (0: the model's).")] = 0,
     lift_wide_tier: Annotated[bool, typer.Option(
-        help="Let widths 9..=16 verify two drafts (the adaptive rung's lift); default pools clamp them to one.")] = False,
-    lookup_depth: Annotated[int, typer.Option(min=1, max=16, help="Most drafts per step for ngram / prompt-lookup.")] = 4,
+        help="Let widths 9..=16 verify two drafts (the adaptive rung's lift); default pools clamp them to one.",
+    )] = False,
+    lookup_depth: Annotated[int, typer.Option(
+        min=1, max=16, help="Most drafts per step for ngram / prompt-lookup.")] = 4,
     device: Annotated[str | None, typer.Option(
         help="Torch device (default: cuda if available, else cpu).", show_default=False)] = None,
     dtype: Annotated[str | None, typer.Option(
@@ -59,7 +63,8 @@ def serve(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8000,
     api_key: Annotated[list[str] | None, typer.Option(
-        "--api-key", help="A key clients must send (Bearer); tenant \"default\". Repeatable.", show_default=False)] = None,
+        "--api-key", help="A key clients must send (Bearer); tenant \"default\". Repeatable.", show_default=False,
+    )] = None,
     api_keys_file: Annotated[Path | None, typer.Option(
         help="File of `KEY TENANT` lines: each key's requests share lookups only within its tenant.",
         show_default=False)] = None,

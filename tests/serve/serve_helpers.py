@@ -72,7 +72,7 @@ class Slow(PlainPolicy):
 
 
 def settled(scheduler: Scheduler, predicate, timeout: float = 2.0):
-    """The latest snapshot once predicate(snapshot) holds (a response can reach its client before its tick's snapshot)."""
+    """The latest snapshot once predicate(snapshot) holds (a response may reach its client before its snapshot)."""
     deadline = time.monotonic() + timeout
     while not predicate(snap := scheduler.cell.latest()) and time.monotonic() < deadline:
         time.sleep(0.01)
