@@ -10,8 +10,9 @@ import typer
 from met.engine.generate import SPEC_MODES, Output, generate as run_generate
 from met.engine.runner import ModelRunner, Sampling
 from met.exit_codes import EX_DATAERR, EX_NOINPUT
-from met.model.recipes import DEFAULT_RECIPE, RecipeError, embedded
-from met.model.tokenizer import decode, encode
+from met.model.hf_config import CheckpointError
+from met.model.recipes import DEFAULT_RECIPE, RecipeError
+from met.model.sources import context_len, resolve, tokenizer_for
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 
@@ -72,12 +73,22 @@ def generate(
     temperature: Annotated[float, typer.Option(min=0.0, help="0 is greedy.")] = 0.0,
     top_p: Annotated[float, typer.Option(min=0.0, max=1.0, help="Nucleus sampling mass.")] = 1.0,
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
-    recipe: Annotated[str, typer.Option(help="Embedded model recipe.")] = DEFAULT_RECIPE,
+    model: Annotated[str, typer.Option(
+        "--model", "--recipe", help="Embedded recipe name, or a Hugging Face checkpoint folder (Llama, Qwen2).",
+    )] = DEFAULT_RECIPE,
+    max_len: Annotated[int, typer.Option(
+        min=0, help="Context per sequence (0: the model's, at most 2048).")] = 0,
     dtype: Annotated[str, typer.Option(help="float32, float64 or bfloat16.")] = "float32",
+    device: Annotated[str, typer.Option(help="Torch device.")] = "cpu",
     threads: Annotated[int, typer.Option(min=0, help="torch CPU threads (0: torch's default).")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per prompt.")] = False,
 ) -> None:
-    """Generate text offline from --prompt or --prompts."""
+    """Generate text offline from --prompt or --prompts.
+
+    Exit statuses: 0 done; 2 bad option (e.g. --spec mtp on a model without an MTP module); 65
+    (EX_DATAERR) a prompts file or checkpoint folder that cannot be used (unsupported architecture);
+    66 (EX_NOINPUT) a recipe, folder or file that is not there.
+    """
     if (prompt is None) == (prompts is None):
         raise _fail("give exactly one of --prompt or --prompts", 2)
     if spec not in SPEC_MODES:
@@ -88,21 +99,24 @@ def generate(
     if threads:
         torch.set_num_threads(threads)
     try:
-        r = embedded(recipe)
+        r = resolve(model)
+        if spec == "mtp" and r.config.mtp_depth == 0:
+            raise _fail(f"{r.name} has no MTP module to draft with; use --spec ngram or --spec prompt-lookup", 2)
+        tokenizer = tokenizer_for(r)
+        net = r.load(DTYPES[dtype], device)
     except RecipeError as e:
-        raise _fail(str(e), EX_NOINPUT)
-    model = r.load(DTYPES[dtype])
-    if spec == "mtp" and model.mtp is None:
-        raise _fail(f"recipe {recipe} has no MTP module", 2)
-    runner = ModelRunner(model, max_batch=batch)
+        raise _fail(str(e), EX_DATAERR if isinstance(e, CheckpointError) else EX_NOINPUT)
+    runner = ModelRunner(net, max_batch=batch, max_len=context_len(r, max_len))
     sampling = Sampling(temperature, top_p, seed)
     for start in range(0, len(texts), batch):
         chunk = texts[start : start + batch]
-        encoded = [encode(t) for t in chunk]
+        encoded = [tokenizer.encode(t) for t in chunk]
         for t, e in zip(chunk, encoded):
+            if not e:
+                raise _fail(f"the prompt {t[:40]!r} encodes to no tokens", 2)
             if len(e) + max_tokens + depth + 1 > runner.max_len:
                 raise _fail(f"prompt of {len(e)} tokens + {max_tokens} new exceeds the context of {runner.max_len}", 2)
-        outs = run_generate(runner, encoded, max_tokens, spec, depth, sampling)
+        outs = run_generate(runner, encoded, max_tokens, spec, depth, sampling, eos_ids=tokenizer.eos_ids)
         for o in outs:
-            text = decode(o.tokens)
+            text = tokenizer.decode(o.tokens)
             typer.echo(json.dumps(summary(o, text)) if as_json else text)

@@ -1,6 +1,7 @@
 """Offline generation: a static batch of prompts run to completion under one fixed drafting policy."""
 
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from met.engine.proposer import NGRAM_MAX, SPEC_MODES, Proposer
@@ -27,8 +28,12 @@ class Output:
 
 
 def generate(runner: ModelRunner, prompts: list[list[int]], max_tokens: int, spec: str = "off", depth: int = 3,
-             sampling: Sampling = Sampling(), stop_at_eos: bool = True) -> list[Output]:
-    """Generate up to max_tokens per prompt, all prompts as one batch, drafting depth tokens per step."""
+             sampling: Sampling = Sampling(), stop_at_eos: bool = True,
+             eos_ids: Collection[int] = (EOS,)) -> list[Output]:
+    """Generate up to max_tokens per prompt, all prompts as one batch, drafting depth tokens per step.
+
+    eos_ids: the tokens that end a sequence (the tokenizer's; the byte tokenizer's EOS by default).
+    """
     if spec not in SPEC_MODES:
         raise ValueError(f"unknown spec mode {spec!r}; choose one of {', '.join(SPEC_MODES)}")
     if max_tokens < 1:
@@ -43,7 +48,7 @@ def generate(runner: ModelRunner, prompts: list[list[int]], max_tokens: int, spe
     for slot, first in zip(slots, firsts):
         outs[slot].prefill_s = prefill_s
         proposers[slot].observe(0, 0, [first])  # the first token is history the proposers match against
-        if not _emit(outs[slot], proposers[slot], [first], max_tokens, stop_at_eos):
+        if not _emit(outs[slot], [first], max_tokens, stop_at_eos, eos_ids):
             live.append(slot)
         else:
             runner.release(slot)
@@ -65,7 +70,7 @@ def generate(runner: ModelRunner, prompts: list[list[int]], max_tokens: int, spe
             o.accepted += r.accepted
             _count_positions(o, len(d.tokens), r.accepted)
             proposers[s].observe(len(d.tokens), r.accepted, r.tokens)
-            if _emit(o, None, r.tokens, max_tokens, stop_at_eos) or runner.room(s) < 0:
+            if _emit(o, r.tokens, max_tokens, stop_at_eos, eos_ids) or runner.room(s) < 0:
                 runner.release(s)
             else:
                 still.append(s)
@@ -85,10 +90,10 @@ def _count_positions(o: Output, proposed: int, accepted: int) -> None:
         o.accepted_at[j] += j < accepted
 
 
-def _emit(o: Output, proposer: Proposer | None, tokens: list[int], max_tokens: int, stop_at_eos: bool) -> bool:
+def _emit(o: Output, tokens: list[int], max_tokens: int, stop_at_eos: bool, eos_ids: Collection[int]) -> bool:
     """Append emitted tokens up to the limit or EOS; True when the sequence is finished."""
     for t in tokens:
-        if stop_at_eos and t == EOS:
+        if stop_at_eos and t in eos_ids:
             o.finished_by = "eos"
             return True
         o.tokens.append(t)

@@ -10,7 +10,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -138,7 +138,7 @@ def plan_digest(mode: str, model_config: ModelConfig, dtype: str, device_name: s
     """sha256 (16 hex) of a canonical JSON of the mode and everything that changes its cost."""
     if mode not in KNOWN_MODES:
         raise ValueError(f"mode {mode!r} is not one of {', '.join(KNOWN_MODES)}")
-    doc = {"mode": mode, "model_config": asdict(model_config), "dtype": str(dtype).removeprefix("torch."),
+    doc = {"mode": mode, "model_config": model_config.identity(), "dtype": str(dtype).removeprefix("torch."),
            "device_name": device_name, "torch_version": torch_version, "threads": threads,
            "attention_impl": attention_impl, "compile_setting": compile_setting,
            "verify_arms": sorted(set(verify_arms))}

@@ -31,14 +31,14 @@ from met.engine.requests import Delta, Failed, Finished, Request, SeqState, Sink
 from met.engine.runner import Draft, ModelRunner, VerifyResult
 from met.engine.textstream import TextStream
 from met.engine.tick_counters import TickCounters
-from met.model.tokenizer import EOS
+from met.model.tokenizer import BYTES, Tokenizer
 from met.speculative.shared_lookup import ScopeKey, SharedLookup
 from met.speculative.snapshot import SchedulerSnapshot, SnapshotCell
 from met.speculative.spec_stats import SpecStats
 
 log = logging.getLogger("met.scheduler")
 
-TOKENIZER = "byte"  # the shared-lookup scope's tokenizer: the embedded recipes are byte-level
+TOKENIZER = BYTES.name  # the default tokenizer's name in shared-lookup scopes (the embedded recipes' bytes)
 IDLE_WAIT_S = 0.25  # an idle scheduler wakes this often to publish a snapshot
 
 
@@ -50,8 +50,10 @@ class Scheduler:
     """Owns a ModelRunner and serves requests on its own thread."""
 
     def __init__(self, runner: ModelRunner, policy: Policy, model_id: str, *,
-                 shared: SharedLookup | None = None, clock: Callable[[], float] = time.perf_counter):
+                 shared: SharedLookup | None = None, clock: Callable[[], float] = time.perf_counter,
+                 tokenizer: Tokenizer = BYTES):
         self.runner = runner
+        self.tokenizer = tokenizer  # EOS ids end sequences, its stream decoder streams text, its name scopes lookups
         self.policy = policy
         self.model_id = model_id  # the shared-lookup scope's model: recipe name@digest
         self.shared = shared if shared is not None else SharedLookup()
@@ -190,7 +192,8 @@ class Scheduler:
                 sink.put(Failed(f"the prompt's {len(request.prompt)} tokens do not fit the context of {self.max_len}"))
                 continue
             slot = heapq.heappop(self.free_slots)
-            admitted.append(SeqState(request, sink, slot, self._proposer(request), TextStream(request.stop)))
+            stream = TextStream(request.stop, self.tokenizer.stream())
+            admitted.append(SeqState(request, sink, slot, self._proposer(request), stream))
         if not admitted:
             return
         try:
@@ -219,7 +222,7 @@ class Scheduler:
 
     def scope(self, request: Request) -> ScopeKey:
         """The shared-lookup scope of a request: only requests of one scope ever share tokens."""
-        return ScopeKey(self.model_id, TOKENIZER, None, request.tenant)
+        return ScopeKey(self.model_id, self.tokenizer.name, None, request.tenant)
 
     # run
 
@@ -258,8 +261,9 @@ class Scheduler:
 
     def _emit(self, seq: SeqState, tokens: list[int]) -> None:
         """Stream a sequence's new tokens; mark it finished on EOS, a stop string, max_tokens or a full context."""
-        eos = EOS in tokens
-        take = tokens[: tokens.index(EOS)] if eos else tokens
+        ends = [i for i, t in enumerate(tokens) if t in self.tokenizer.eos_ids]
+        eos = bool(ends)
+        take = tokens[: ends[0]] if eos else tokens
         take = take[: seq.remaining]
         delta, used = seq.text.feed(take)
         seq.generated.extend(take[:used])

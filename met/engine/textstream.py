@@ -1,7 +1,7 @@
-"""Incremental detokenization with stop strings: byte tokens in, text deltas out, never a stop string's prefix early.
+"""Incremental detokenization with stop strings: tokens in, text deltas out, never a stop string's prefix early.
 
-Tokens are UTF-8 bytes; an incremental decoder holds back a character whose bytes have not all
-arrived. A delta never ends inside text that could still become a stop string: the longest tail
+The tokenizer's stream decoder holds back text a later token could still change (byte tokens: a
+character whose bytes have not all arrived; an HF tokenizer: a piece that decodes to U+FFFD). A delta never ends inside text that could still become a stop string: the longest tail
 of the text that is a prefix of some stop string is held back until the next token decides it.
 When a stop string appears, the text is cut just before it (OpenAI's rule: the stop string is not
 returned) and the stream is finished; the tokens after it are not consumed.
@@ -10,11 +10,7 @@ Example, stop ("\\n\\n",): tokens of "a\\n" give delta "a" ("\\n" may start the 
 then "b" gives "\\nb"; then "\\n\\n" finishes the stream with no further text.
 """
 
-import codecs
-
-from met.model.tokenizer import VOCAB_SIZE
-
-BYTE_TOKENS = 256  # ids below this are bytes; the rest (BOS, EOS) carry no text
+from met.model.tokenizer import ByteStream, StreamDecoder
 
 
 class TextStream:
@@ -22,11 +18,11 @@ class TextStream:
 
     __slots__ = ("stop", "_decoder", "_text", "_sent", "stopped_by", "tokens")
 
-    def __init__(self, stop: tuple[str, ...] = ()) -> None:
+    def __init__(self, stop: tuple[str, ...] = (), decoder: StreamDecoder | None = None) -> None:
         if any(not s for s in stop):
             raise ValueError("a stop string must not be empty")
         self.stop = stop
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._decoder = decoder if decoder is not None else ByteStream()  # default: the byte tokenizer's
         self._text = ""
         self._sent = 0
         self.stopped_by: str | None = None  # the stop string that ended the stream
@@ -43,18 +39,16 @@ class TextStream:
         for t in tokens:
             if self.stopped_by is not None:
                 break
-            if not 0 <= t < VOCAB_SIZE:
-                raise ValueError(f"token {t} is outside the vocabulary of {VOCAB_SIZE}")
+            piece = self._decoder.add(t)  # raises for an id outside the vocabulary, before counting it
             used += 1
             self.tokens += 1
-            if t < BYTE_TOKENS:
-                self._append(self._decoder.decode(bytes((t,))))
+            self._append(piece)
         return self._take(final=self.stopped_by is not None), used
 
     def finish(self) -> str:
         """Flush everything held back (a partial character becomes U+FFFD); the stream's last delta."""
         if self.stopped_by is None:
-            self._append(self._decoder.decode(b"", final=True))
+            self._append(self._decoder.flush())
         return self._take(final=True)
 
     def _append(self, piece: str) -> None:

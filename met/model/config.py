@@ -1,6 +1,6 @@
 """Model configuration: a Llama-architecture transformer with an MTP drafter, plus named presets."""
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,13 +17,21 @@ class ModelConfig:
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
     mtp_depth: int = 4  # recursive MTP drafts the module is trained and used for
+    # Checkpoint-folder models (Llama, Qwen2); the defaults are the embedded recipe's layout, and
+    # a field at its default is left out of `identity()`, so plan digests of old configs do not move.
+    head_size: int = 0  # width of one attention head; 0: dim // n_heads (HF's head_dim may differ)
+    attention_bias: bool = False  # q, k and v projections carry biases (Qwen2; Llama's attention_bias)
+    output_bias: bool = False  # o_proj carries a bias (Llama's attention_bias)
+    tie_word_embeddings: bool = False  # lm_head is embed_tokens' matrix (Qwen2 small sizes)
 
     def __post_init__(self) -> None:
-        if self.dim % self.n_heads:
+        if not self.head_size and self.dim % self.n_heads:
             raise ValueError(f"dim {self.dim} is not a multiple of n_heads {self.n_heads}")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}")
-        if (self.dim // self.n_heads) % 2:
+        if self.head_size < 0:
+            raise ValueError(f"head_size must be >= 0 (0: dim // n_heads), got {self.head_size}")
+        if self.head_dim % 2:
             raise ValueError("head_dim must be even for rotary embeddings")
         for name in ("vocab_size", "dim", "n_layers", "ffn_dim", "max_seq_len"):
             if getattr(self, name) < 1:
@@ -33,7 +41,15 @@ class ModelConfig:
 
     @property
     def head_dim(self) -> int:
-        return self.dim // self.n_heads
+        return self.head_size or self.dim // self.n_heads
+
+    def identity(self) -> dict:
+        """The fields that say what this model computes: all of them, less the later ones left at their default."""
+        doc = asdict(self)
+        for name, default in _LATER_DEFAULTS.items():
+            if doc[name] == default:
+                del doc[name]
+        return doc
 
     @classmethod
     def from_name(cls, name: str) -> "ModelConfig":
@@ -53,3 +69,6 @@ PRESETS: dict[str, ModelConfig] = {
     # For tests: trains in seconds, same code paths (GQA on purpose).
     "micro": ModelConfig(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=128, mtp_depth=4),
 }
+
+# Fields added after tables were first measured, with their defaults (see ModelConfig.identity).
+_LATER_DEFAULTS = {"head_size": 0, "attention_bias": False, "output_bias": False, "tie_word_embeddings": False}

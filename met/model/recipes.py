@@ -23,9 +23,10 @@ class Recipe:
 
     name: str
     config: ModelConfig
-    weights: Path
-    digest: str  # file_digest of weights, as recorded in the model card
+    weights: Path  # the safetensors file; for a checkpoint folder, the folder
+    digest: str  # file_digest of weights, as recorded in the model card (a folder: over its safetensors files)
     card: dict
+    source: str = "embedded"  # "embedded": shipped in the package; "hf": a local Hugging Face checkpoint folder
 
     @property
     def id(self) -> str:
@@ -34,6 +35,10 @@ class Recipe:
 
     def load(self, dtype: torch.dtype = torch.float32, device: str = "cpu") -> Transformer:
         """The model with this recipe's weights."""
+        if self.source == "hf":
+            from met.model.hf_checkpoint import load_hf  # not at the top: it imports this module
+
+            return load_hf(self, dtype, device)
         return load_model(self.config, self.weights, dtype).to(device)
 
 

@@ -1,4 +1,4 @@
-"""The Llama-architecture transformer (HF LlamaForCausalLM-compatible weights) and its MTP module."""
+"""The Llama-architecture transformer (weights compatible with HF Llama and Qwen2 ForCausalLM) and its MTP module."""
 
 from dataclasses import dataclass
 
@@ -70,10 +70,10 @@ class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        self.q_proj = nn.Linear(cfg.dim, cfg.n_heads * cfg.head_dim, bias=False)
-        self.k_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=False)
-        self.v_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=False)
-        self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
+        self.q_proj = nn.Linear(cfg.dim, cfg.n_heads * cfg.head_dim, bias=cfg.attention_bias)
+        self.k_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.attention_bias)
+        self.v_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.attention_bias)
+        self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=cfg.output_bias)
 
     def forward(self, x, cos, sin, layer: int, ctx: CacheContext | None = None, prior=None):
         """Attention over x ([B, T, dim]).
@@ -168,6 +168,8 @@ class _Fused:
     w2: torch.Tensor
     norm1: torch.Tensor
     norm2: torch.Tensor
+    bqkv: torch.Tensor | None = None  # [(H + 2 * Hkv) * head_dim] q, k, v biases stacked (Qwen2); None: no bias
+    bo: torch.Tensor | None = None  # [dim] o_proj bias; None: no bias
 
 
 def _fuse_layer(layer: "DecoderLayer") -> _Fused:
@@ -177,17 +179,21 @@ def _fuse_layer(layer: "DecoderLayer") -> _Fused:
         torch.cat([m.gate_proj.weight, m.up_proj.weight]).detach(),
         a.o_proj.weight.detach(), m.down_proj.weight.detach(),
         layer.input_layernorm.weight.detach(), layer.post_attention_layernorm.weight.detach(),
+        torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]).detach() if a.q_proj.bias is not None else None,
+        a.o_proj.bias.detach() if a.o_proj.bias is not None else None,
     )
 
 
 class Transformer(nn.Module):
-    """Byte-level Llama decoder; state-dict names match HF LlamaForCausalLM plus `mtp.*`."""
+    """Llama-architecture decoder; state-dict names match HF LlamaForCausalLM (Qwen2 with biases) plus `mtp.*`."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
         self.model = _Body(cfg)
         self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
         self.mtp = MTP(cfg) if cfg.mtp_depth > 0 else None
         cos, sin = rope_table(cfg, cfg.max_seq_len + PAD_ROOM)
         self.register_buffer("rope_cos", cos, persistent=False)  # [max_len + PAD_ROOM, head_dim]
@@ -208,7 +214,7 @@ class Transformer(nn.Module):
         B, T, D = x.shape
         H, Hkv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         h = F.rms_norm(x, (D,), f.norm1, cfg.norm_eps)
-        qkv = F.linear(h, f.wqkv).view(B, T, H + 2 * Hkv, hd)
+        qkv = F.linear(h, f.wqkv, f.bqkv).view(B, T, H + 2 * Hkv, hd)
         qk = qkv[:, :, : H + Hkv]
         qk = qk * cos + qk.roll(hd // 2, -1) * sin  # RoPE on q and k at once
         q, k, v = qk[:, :, :H], qk[:, :, H:], qkv[:, :, H + Hkv :]
@@ -217,7 +223,7 @@ class Transformer(nn.Module):
         mask = None if T == 1 and ctx.full_rows else ctx.mask
         a = F.scaled_dot_product_attention(q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
                                            attn_mask=mask, enable_gqa=H != Hkv)
-        x = x + F.linear(a.transpose(1, 2).reshape(B, T, D), f.wo)
+        x = x + F.linear(a.transpose(1, 2).reshape(B, T, H * hd), f.wo, f.bo)
         gate, up = F.linear(F.rms_norm(x, (D,), f.norm2, cfg.norm_eps), f.w13).chunk(2, -1)
         return x + F.linear(F.silu(gate) * up, f.w2)
 

@@ -1,0 +1,101 @@
+"""A local Hugging Face checkpoint folder as a recipe: its safetensors files, their digest, and loading them."""
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from met.model.hf_config import CheckpointError, read_hf_config
+from met.model.kv_cache import PAD_ROOM
+from met.model.recipes import Recipe, RecipeError
+from met.model.transformer import Transformer, rope_table
+
+INDEX = "model.safetensors.index.json"
+_IGNORED = re.compile(r".*rotary_emb\.inv_freq$")  # a buffer older checkpoints saved; met recomputes it
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The folder's safetensors files, sorted: the shards its index names, else every *.safetensors."""
+    index = folder / INDEX
+    if index.exists():
+        try:
+            names = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (OSError, ValueError, KeyError, AttributeError) as exc:
+            raise CheckpointError(f"cannot read {index}: {exc!r}") from None
+        files = [folder / n for n in names]
+        if missing := [f.name for f in files if not f.exists()]:
+            raise RecipeError(f"{index} names shards that are not in the folder: {', '.join(missing[:5])}")
+        return files
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise RecipeError(f"{folder} holds no *.safetensors weights (met does not read .bin or .pth checkpoints)")
+    return files
+
+
+def files_digest(files: list[Path]) -> str:
+    """sha256 (16 hex) over each file's name, size and bytes, in order, streamed: what tables key the weights by."""
+    h = hashlib.sha256()
+    for path in files:
+        h.update(f"{path.name}\0{path.stat().st_size}\0".encode())
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()[:16]
+
+
+def hf_recipe(folder: Path) -> Recipe:
+    """The recipe of a checkpoint folder: its model name, config and the digest of its weights."""
+    folder = folder.resolve()
+    hf = read_hf_config(folder)
+    files = weight_files(folder)
+    name = hf.hub_id.rsplit("/", 1)[1] if hf.hub_id else folder.name
+    if not _NAME.fullmatch(name):
+        name = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-._")[:100] or "checkpoint"
+    card = {"source": "hf", "folder": str(folder), "architecture": hf.architecture, "hub_id": hf.hub_id,
+            "files": [f.name for f in files], "eos_ids": list(hf.eos_ids)}
+    return Recipe(name, hf.config, folder, files_digest(files), card, source="hf")
+
+
+def load_hf(recipe: Recipe, dtype: torch.dtype = torch.float32, device: str = "cpu") -> Transformer:
+    """The model with the folder's weights in dtype on device (built on the meta device: no float32 detour)."""
+    cfg = recipe.config
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    expected = set(model.state_dict())
+    state = _read_tensors(weight_files(recipe.weights), dtype, device)
+    if cfg.tie_word_embeddings:
+        state.pop("lm_head.weight", None)  # tied: the head is the embedding, whatever the file holds
+        if "model.embed_tokens.weight" in state:
+            state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
+    if missing or unexpected:
+        parts = ([f"missing {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}"] if missing else []) + \
+                ([f"unexpected {', '.join(unexpected[:4])}"] if unexpected else [])
+        raise CheckpointError(f"{recipe.weights}: the tensors do not match a {recipe.card.get('architecture')} "
+                              f"of this config.json ({'; '.join(parts)})")
+    try:
+        model.load_state_dict(state, strict=True, assign=True)
+    except RuntimeError as exc:
+        raise CheckpointError(f"{recipe.weights}: {' '.join(str(exc).split())[:400]}") from None
+    if cfg.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    cos, sin = rope_table(cfg, cfg.max_seq_len + PAD_ROOM)  # buffers are not in the files: compute them here
+    model.rope_cos, model.rope_sin = cos.to(device), sin.to(device)
+    return model.eval()
+
+
+def _read_tensors(files: list[Path], dtype: torch.dtype, device: str) -> dict[str, torch.Tensor]:
+    state = {}
+    for path in files:
+        try:
+            with safe_open(str(path), framework="pt", device=str(device)) as f:
+                for key in f.keys():
+                    if not _IGNORED.fullmatch(key):
+                        state[key] = f.get_tensor(key).to(dtype)
+        except (OSError, ValueError, SafetensorError) as exc:
+            raise CheckpointError(f"cannot read {path}: {exc}") from None
+    return state

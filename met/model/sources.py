@@ -1,0 +1,65 @@
+"""Where a model comes from: an embedded recipe's name or a local checkpoint folder, as recipe, model and tokenizer."""
+
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+from met.model import recipes
+from met.model.recipes import Recipe, RecipeError
+from met.model.tokenizer import BYTES, Tokenizer
+from met.model.transformer import Transformer
+
+DEFAULT_MAX_LEN = 2048  # context a runner allocates unless told (the KV cache holds slots x this); real
+# checkpoints declare far longer max_position_embeddings than a CPU box or a test wants to allocate
+
+
+class Source(NamedTuple):
+    """A loaded model: the recipe that keys its tables and lookup scopes, the model, its tokenizer."""
+
+    recipe: Recipe
+    model: Transformer
+    tokenizer: Tokenizer
+
+
+def is_path(spec: str) -> bool:
+    """Whether --model names a folder rather than an embedded recipe: an existing directory, or a path-like name."""
+    return Path(spec).expanduser().is_dir() or spec.startswith((".", "~", "/")) or "/" in spec
+
+
+def resolve(spec: str) -> Recipe:
+    """The recipe an embedded name or a checkpoint folder stands for (weights are digested, not loaded)."""
+    if not is_path(spec):
+        return recipes.embedded(spec)
+    folder = Path(spec).expanduser()
+    if not folder.is_dir():
+        raise RecipeError(f"no checkpoint folder {spec!r} (--model takes an embedded recipe's name, e.g. "
+                          f"{recipes.DEFAULT_RECIPE}, or a folder with config.json, *.safetensors and tokenizer.json)")
+    from met.model.hf_checkpoint import hf_recipe  # not at the top: it imports recipes, which imports this package
+
+    return hf_recipe(folder)
+
+
+def tokenizer_for(recipe: Recipe) -> Tokenizer:
+    """The recipe's tokenizer: bytes for the embedded recipes, the folder's tokenizer.json for a checkpoint."""
+    if recipe.source != "hf":
+        return BYTES
+    path = recipe.weights / "tokenizer.json"
+    if not path.exists():
+        raise RecipeError(f"{recipe.weights} has no tokenizer.json (met reads fast tokenizers only; "
+                          "AutoTokenizer.from_pretrained(...).save_pretrained(folder) writes one)")
+    from met.model.hf_tokenizer import HfTokenizer
+
+    return HfTokenizer(path, recipe.card.get("eos_ids", ()))
+
+
+def load_source(spec: str, dtype: torch.dtype = torch.float32, device: str = "cpu") -> Source:
+    """Recipe, model (eval mode, in dtype on device) and tokenizer of an embedded name or a checkpoint folder."""
+    recipe = resolve(spec)
+    tokenizer = tokenizer_for(recipe)  # before the weights: a missing tokenizer should not cost a load
+    return Source(recipe, recipe.load(dtype, device), tokenizer)
+
+
+def context_len(recipe: Recipe, max_len: int = 0) -> int:
+    """Tokens per sequence a runner allocates: max_len if given, else the model's own, at most DEFAULT_MAX_LEN."""
+    return min(max_len or DEFAULT_MAX_LEN, recipe.config.max_seq_len)
