@@ -25,12 +25,16 @@ from met.bench.table_files import (LockHeld, TableLock, changes, read_existing, 
 from met.engine.identity import (RunSettings, box_class, default_device, default_dtype, device_name,
                                  mtp_drafter_key, serve_table_key)
 from met.exit_codes import EX_DATAERR, EX_NOINPUT, EX_OK, EX_TEMPFAIL, EX_UNAVAILABLE
+from met.model.hf_config import CheckpointError
 from met.model.recipes import DEFAULT_RECIPE, Recipe, RecipeError, embedded
+from met.model.sources import is_path, recipe_name, resolve
 from met.speculative.spec_cost import AcceptanceCalibration, CostTable, SpecCostError, TableParseError
 
 EX_USAGE = 2  # what click answers a bad option with; the command uses it for bad values it finds later
 
-RecipeOpt = Annotated[str, typer.Option("--recipe", help="Embedded model recipe to measure.")]
+RecipeOpt = Annotated[str, typer.Option(
+    "--recipe", "--model", help="Embedded recipe name, or a Hugging Face checkpoint folder (Llama, Qwen2), to measure "
+    "(a model without an MTP module: plain decode cells only, k = 0).")]
 BoxClassOpt = Annotated[str | None, typer.Option(
     "--box-class", help="Box class the table is keyed by (default: derived, e.g. nvidia-h200x1, cpu-amd-epyc-2t).",
     show_default=False)]
@@ -41,7 +45,8 @@ DtypeOpt = Annotated[str | None, typer.Option(
 WidthsOpt = Annotated[str | None, typer.Option(
     "--widths", help="Batch widths, comma-separated (default: 1,2,4,8,16; --quick: 1,2).", show_default=False)]
 DepthOpt = Annotated[int | None, typer.Option(
-    "--max-depth", min=0, max=16, help="Deepest draft depth k; cells 0..=k (default: 4; --quick: 2).",
+    "--max-depth", min=0, max=16,
+    help="Deepest draft depth k; cells 0..=k (default: 4; --quick: 2; 0 for a model without an MTP module).",
     show_default=False)]
 ContextOpt = Annotated[int | None, typer.Option(
     "--context-len", min=1, help="Tokens in each sequence's KV cache while timing (default: 256; --quick: 64).",
@@ -55,8 +60,9 @@ WindowOpt = Annotated[float | None, typer.Option(
 EnergyOpt = Annotated[str, typer.Option(
     "--energy", help="Energy source: auto (NVML on a GPU, RAPL on a CPU, where they work; else none), nvml, "
     "rapl, none.")]
-CalibrateOpt = Annotated[bool, typer.Option(
-    "--calibrate/--no-calibrate", help="Also fit the drafter's acceptance calibration (written beside the table).")]
+CalibrateOpt = Annotated[bool | None, typer.Option(
+    "--calibrate/--no-calibrate", help="Also fit the drafter's acceptance calibration (written beside the table) "
+    "(default: when the model has an MTP drafter).", show_default=False)]
 PromptsOpt = Annotated[Path | None, typer.Option(
     "--calibration-prompts", help="Calibration prompts: a JSON Lines file (strings or {\"prompt\": ...}) or a "
     "folder of text files (default: the model card's held-out files).", show_default=False)]
@@ -108,7 +114,7 @@ def spec_cost(
     repeats: RepeatsOpt = None,
     window: WindowOpt = None,
     energy: EnergyOpt = "auto",
-    calibrate: CalibrateOpt = True,
+    calibrate: CalibrateOpt = None,
     calibration_prompts: PromptsOpt = None,
     out: OutOpt = None,
     quick: QuickOpt = False,
@@ -120,12 +126,16 @@ def spec_cost(
     repeat with the cells in a new shuffled order each repeat; the table keeps each cell's median
     and its spread. The run holds a lock beside the table and replaces the table atomically, so
     cron may run it unattended. When a table is already there, each cell's change is printed.
+    A checkpoint folder (--model PATH) has no MTP drafter: its table holds the plain decode cells
+    (k = 0) of each width, its recipe is the folder's model name and weights digest, and no
+    calibration is written.
 
     Exit statuses: 0 table (and calibration) written; 2 bad option value; 65 (EX_DATAERR) nothing
     written: the calibration prompts are invalid or gave too few judged drafts, or the measured
-    table did not validate; 66 (EX_NOINPUT) the recipe's weights or the calibration prompts are
-    missing; 69 (EX_UNAVAILABLE) the energy source asked for does not work here (the reason is
-    printed); 75 (EX_TEMPFAIL) another run holds the table's lock: nothing was touched, try later.
+    table did not validate, or the checkpoint folder cannot be loaded (unsupported architecture);
+    66 (EX_NOINPUT) the recipe's weights, the folder or the calibration prompts are missing;
+    69 (EX_UNAVAILABLE) the energy source asked for does not work here (the reason is printed);
+    75 (EX_TEMPFAIL) another run holds the table's lock: nothing was touched, try later.
     """
     energy = energy.lower()
     if energy not in ENERGY_CHOICES:
@@ -144,8 +154,13 @@ def spec_cost(
     except (RuntimeError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from None
     cal_params = replace(cal.QUICK_CALIBRATION if quick else cal.CalibrationParams(), depth=max(1, params.max_depth))
-    request = Request(recipe, box_class_, settings, params, energy, cal_params if calibrate else None,
-                      calibration_prompts, out or Path("tables") / box / f"{recipe}.toml")
+    try:
+        name = recipe_name(recipe)  # a folder's model name, from its config.json; the weights are read later
+    except RecipeError as exc:
+        _fail(EX_DATAERR if isinstance(exc, CheckpointError) else EX_NOINPUT, str(exc))
+    request = Request(recipe, box_class_, settings, params, energy, cal_params if calibrate is not False else None,
+                      calibration_prompts, out or Path("tables") / box / f"{name}.toml",
+                      max_depth is not None, calibrate is True)
     try:
         with TableLock(request.out), Reporter(quiet) as reporter:
             _run(request, reporter)
@@ -168,6 +183,8 @@ class Request:
     calibration: cal.CalibrationParams | None  # None: --no-calibrate
     prompts: Path | None  # --calibration-prompts, else None: the held-out files
     out: Path
+    depth_given: bool = False  # --max-depth was passed (a model without a drafter refuses k > 0, not drops it)
+    calibrate_given: bool = False  # --calibrate was passed (likewise)
 
 
 def _fail(code: int, message: str) -> None:
@@ -185,18 +202,22 @@ def _run(req: Request, reporter: Reporter) -> None:
     reporter.say(f"energy source: {meter.source}" + (f" ({note})" if note else ""))
     params = replace(req.params, window_s=max(req.params.window_s, meter.min_window_s))
     recipe = _recipe(req.recipe)
+    calibration_params = req.calibration
+    if not recipe.config.mtp_depth:
+        params, calibration_params = _without_drafter(req, recipe, params), None
+        reporter.say(f"{recipe.name} has no MTP drafter: measuring plain decode (k = 0) only, no calibration")
     try:
         check_fits(recipe.config, params)
     except ValueError as exc:
         raise Refusal(EX_USAGE, str(exc)) from None
-    texts = _prompts(req.prompts, req.calibration) if req.calibration else []
+    texts = _prompts(req.prompts, calibration_params) if calibration_params else []
     model = recipe.load(getattr(torch, req.settings.dtype), req.settings.device)
     table = _sweep(req, params, recipe, model, meter, reporter)
     calibration = None
-    if req.calibration:
+    if calibration_params:
         reporter.say(f"calibrating drafter mtp '{recipe.name}' on {len(texts)} prompts")
         try:
-            calibration = cal.calibrate(model, texts, mtp_drafter_key(recipe), req.calibration,
+            calibration = cal.calibrate(model, texts, mtp_drafter_key(recipe), calibration_params,
                                         {"when": table.meta["when"], "met_version": __version__},
                                         lambda done, total: reporter.step("calibration", done, total, "prompts"))
         except SpecCostError as exc:
@@ -249,9 +270,19 @@ def _write(path: Path, table: CostTable, calibration: AcceptanceCalibration | No
 
 def _recipe(name: str) -> Recipe:
     try:
-        return embedded(name)
+        return resolve(name) if is_path(name) else embedded(name)
     except RecipeError as exc:
-        raise Refusal(EX_NOINPUT, str(exc)) from None
+        raise Refusal(EX_DATAERR if isinstance(exc, CheckpointError) else EX_NOINPUT, str(exc)) from None
+
+
+def _without_drafter(req: Request, recipe: Recipe, params: SweepParams) -> SweepParams:
+    """A model with no MTP module has no draft step: k = 0 only; an explicit ask for more is refused."""
+    if req.depth_given and params.max_depth:
+        raise Refusal(EX_USAGE, f"{recipe.name} has no MTP module, so there is no draft step to measure at "
+                      f"--max-depth {params.max_depth}; drop --max-depth (its table holds k = 0 cells only)")
+    if req.calibrate_given:
+        raise Refusal(EX_USAGE, f"{recipe.name} has no MTP drafter to calibrate; drop --calibrate")
+    return replace(params, max_depth=0)
 
 
 def _prompts(path: Path | None, params: cal.CalibrationParams) -> list[str]:

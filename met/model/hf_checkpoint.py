@@ -47,14 +47,25 @@ def files_digest(files: list[Path]) -> str:
     return h.hexdigest()[:16]
 
 
+def model_name(folder: Path, hub_id: str | None = None) -> str:
+    """What tables and lookup scopes call the folder's model: the hub model's name, else the folder's, file-safe."""
+    name = hub_id.rsplit("/", 1)[1] if hub_id else folder.resolve().name
+    if not _NAME.fullmatch(name):
+        name = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-._")[:100] or "checkpoint"
+    return name
+
+
+def checkpoint_name(folder: Path) -> str:
+    """The recipe name of a folder from its config.json alone (no weights read): e.g. for a table's file name."""
+    return model_name(folder, read_hf_config(folder.resolve()).hub_id)
+
+
 def hf_recipe(folder: Path) -> Recipe:
     """The recipe of a checkpoint folder: its model name, config and the digest of its weights."""
     folder = folder.resolve()
     hf = read_hf_config(folder)
     files = weight_files(folder)
-    name = hf.hub_id.rsplit("/", 1)[1] if hf.hub_id else folder.name
-    if not _NAME.fullmatch(name):
-        name = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-._")[:100] or "checkpoint"
+    name = model_name(folder, hf.hub_id)
     card = {"source": "hf", "folder": str(folder), "architecture": hf.architecture, "hub_id": hf.hub_id,
             "files": [f.name for f in files], "eos_ids": list(hf.eos_ids)}
     return Recipe(name, hf.config, folder, files_digest(files), card, source="hf")

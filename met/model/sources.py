@@ -6,6 +6,8 @@ from typing import NamedTuple
 import torch
 
 from met.model import recipes
+from met.model.hf_checkpoint import checkpoint_name, hf_recipe
+from met.model.hf_tokenizer import HfTokenizer
 from met.model.recipes import Recipe, RecipeError
 from met.model.tokenizer import BYTES, Tokenizer
 from met.model.transformer import Transformer
@@ -31,13 +33,22 @@ def resolve(spec: str) -> Recipe:
     """The recipe an embedded name or a checkpoint folder stands for (weights are digested, not loaded)."""
     if not is_path(spec):
         return recipes.embedded(spec)
+    return hf_recipe(_folder(spec))
+
+
+def recipe_name(spec: str) -> str:
+    """The name tables are filed under: the embedded recipe's, or the folder's model name (reads config.json only)."""
+    if not is_path(spec):
+        return spec
+    return checkpoint_name(_folder(spec))
+
+
+def _folder(spec: str) -> Path:
     folder = Path(spec).expanduser()
     if not folder.is_dir():
         raise RecipeError(f"no checkpoint folder {spec!r} (--model takes an embedded recipe's name, e.g. "
                           f"{recipes.DEFAULT_RECIPE}, or a folder with config.json, *.safetensors and tokenizer.json)")
-    from met.model.hf_checkpoint import hf_recipe  # not at the top: it imports recipes, which imports this package
-
-    return hf_recipe(folder)
+    return folder
 
 
 def tokenizer_for(recipe: Recipe) -> Tokenizer:
@@ -48,8 +59,6 @@ def tokenizer_for(recipe: Recipe) -> Tokenizer:
     if not path.exists():
         raise RecipeError(f"{recipe.weights} has no tokenizer.json (met reads fast tokenizers only; "
                           "AutoTokenizer.from_pretrained(...).save_pretrained(folder) writes one)")
-    from met.model.hf_tokenizer import HfTokenizer
-
     return HfTokenizer(path, recipe.card.get("eos_ids", ()))
 
 

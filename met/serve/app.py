@@ -2,7 +2,8 @@
 
 Requests are checked in this order, each refusal an OpenAI-shaped error that touches nothing
 else: API key (401, before the body is read), body size (413), JSON (400), fields (422), model
-(404), prompt longer than the context (413), prompt + max_tokens longer than the context (400).
+(404), token ids outside the model's vocabulary (422), prompt longer than the context (413),
+prompt + max_tokens longer than the context (400).
 Only then is the request queued for the scheduler. A client that disconnects, mid-stream or
 while waiting for a plain response, has its request cancelled, which frees its slot.
 """
@@ -22,7 +23,7 @@ from met.engine.policy import PolicyConfig, build_policy
 from met.engine.requests import Delta, Event, Failed, Finished, Request
 from met.engine.runner import ModelRunner, Sampling
 from met.engine.scheduler import Draining, Scheduler
-from met.model.tokenizer import encode
+from met.model.tokenizer import BYTES, Tokenizer
 from met.model.transformer import Transformer
 from met.serve import schemas
 from met.serve.auth import DEFAULT_TENANT, AuthLayer, KeyRing
@@ -43,23 +44,30 @@ class Service:
     model_names: tuple[str, ...]  # the first is the id /v1/models lists; the rest are accepted aliases
     keys: KeyRing = field(default_factory=lambda: KeyRing({}))
     created: int = field(default_factory=lambda: int(time.time()))
+    tokenizer: Tokenizer = BYTES  # encodes text prompts; the scheduler's, which decodes the completions
 
     @classmethod
     def build(cls, model: Transformer, model_id: str, names: tuple[str, ...], policy: PolicyConfig,
               max_batch: int, max_len: int | None = None, cost_state: SpecCostState | None = None,
-              keys: KeyRing | None = None) -> "Service":
+              keys: KeyRing | None = None, tokenizer: Tokenizer = BYTES) -> "Service":
         """A runner for the model, the policy the flags compose, and a scheduler over them (not started yet)."""
         runner = ModelRunner(model, max_batch, max_len)
         num_drafts = model.cfg.mtp_depth if model.mtp is not None else 0
-        scheduler = Scheduler(runner, build_policy(policy, num_drafts, cost_state), model_id)
-        return cls(scheduler, names, keys if keys is not None else KeyRing({}))
+        scheduler = Scheduler(runner, build_policy(policy, num_drafts, cost_state), model_id, tokenizer=tokenizer)
+        return cls(scheduler, names, keys if keys is not None else KeyRing({}), tokenizer=tokenizer)
 
     def to_request(self, body: schemas.CompletionRequest, tenant: str) -> Request:
         """The scheduler's Request for a validated body; ApiError 404/413/400 for what the engine cannot serve."""
         if body.model not in self.model_names:
             raise ApiError(404, f"the model {body.model!r} is not served here; this server serves "
                            f"{self.model_names[0]!r} (GET /v1/models)", "model_not_found", "model")
-        prompt = encode(body.prompt) if isinstance(body.prompt, str) else list(body.prompt)
+        prompt = self.tokenizer.encode(body.prompt) if isinstance(body.prompt, str) else list(body.prompt)
+        vocab = self.scheduler.runner.model.cfg.vocab_size
+        if bad := [t for t in prompt if t >= vocab]:
+            raise ApiError(422, f"token ids {bad[:5]} are outside the vocabulary 0..{vocab - 1}", "invalid_value",
+                           "prompt")
+        if not prompt:
+            raise ApiError(422, "the prompt encodes to no tokens", "invalid_value", "prompt")
         n, ctx = len(prompt), self.scheduler.max_len
         if n + 1 > ctx:
             raise ApiError(413, f"the prompt is {n} tokens and the context holds {ctx} (prompt + at least one "

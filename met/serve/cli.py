@@ -12,7 +12,9 @@ from rich.console import Console
 from met.engine.identity import RunSettings, box_class as derive_box_class, default_device, default_dtype
 from met.engine.policy import SERVE_SPECS, PolicyConfig
 from met.exit_codes import EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE
-from met.model.recipes import DEFAULT_RECIPE, RecipeError, embedded
+from met.model.hf_config import CheckpointError
+from met.model.recipes import DEFAULT_RECIPE, RecipeError
+from met.model.sources import context_len, resolve, tokenizer_for
 from met.serve import server, tui
 from met.serve.app import Service, create_app
 from met.serve.auth import DEFAULT_TENANT, KeyRing, KeysFileError, read_keys_file
@@ -31,8 +33,11 @@ def _fail(code: int, *lines: str) -> typer.Exit:
 
 
 def serve(
-    model: Annotated[str, typer.Option(help="Embedded model recipe to serve.")] = DEFAULT_RECIPE,
-    spec: Annotated[str, typer.Option(help=f"Drafting: {' | '.join(SERVE_SPECS)}.")] = "mtp",
+    model: Annotated[str, typer.Option(
+        help="Embedded recipe name, or a Hugging Face checkpoint folder (Llama, Qwen2) to serve.")] = DEFAULT_RECIPE,
+    spec: Annotated[str | None, typer.Option(
+        help=f"Drafting: {' | '.join(SERVE_SPECS)} (default: mtp if the model has an MTP module, else "
+             "prompt-lookup).", show_default=False)] = None,
     spec_cost_model: Annotated[str, typer.Option(
         help="static: the MTP gate, ladder and adaptive rung; measured: plan depth from the cost table "
              "(--spec mtp only).")] = "static",
@@ -49,7 +54,7 @@ def serve(
         "--box-class", help="Box class of this serve (default: derived from the hardware).", show_default=False,
     )] = None,
     max_batch: Annotated[int, typer.Option(min=1, max=256, help="Sequences decoded together (KV slots).")] = 16,
-    max_len: Annotated[int, typer.Option(min=0, help="Context per sequence (0: the model's).")] = 0,
+    max_len: Annotated[int, typer.Option(min=0, help="Context per sequence (0: the model's, at most 2048).")] = 0,
     lift_wide_tier: Annotated[bool, typer.Option(
         help="Let widths 9..=16 verify two drafts (the adaptive rung's lift); default pools clamp them to one.",
     )] = False,
@@ -74,16 +79,17 @@ def serve(
     """Serve an OpenAI-compatible API (/v1/completions, /v1/models, /v1/snapshot, /health, /metrics).
 
     Exit statuses: 0 drained and stopped (SIGTERM or Ctrl-C); 2 bad option; 65 (EX_DATAERR) the cost
-    table or calibration is missing or invalid, or the keys file is; 66 (EX_NOINPUT) the recipe's
-    weights or the keys file are missing; 69 (EX_UNAVAILABLE) the --energy source does not work here;
+    table or calibration is missing or invalid, or the keys file is, or the checkpoint folder cannot be
+    served (unsupported architecture); 66 (EX_NOINPUT) the recipe's weights, the folder's files or the keys
+    file are missing; 69 (EX_UNAVAILABLE) the --energy source does not work here;
     78 (EX_CONFIG) the table or calibration was measured under another key (each mismatch listed).
     """
-    if spec not in SERVE_SPECS:
+    if spec is not None and spec not in SERVE_SPECS:
         raise typer.BadParameter(f"{spec!r} is not one of {', '.join(SERVE_SPECS)}", param_hint="--spec")
     if spec_cost_model not in COST_MODELS:
         raise typer.BadParameter(f"{spec_cost_model!r} is not one of {', '.join(COST_MODELS)}",
                                  param_hint="--spec-cost-model")
-    if spec_cost_model == "measured" and spec != "mtp":
+    if spec_cost_model == "measured" and spec not in ("mtp", None):
         raise typer.BadParameter(f"the measured planner plans MTP depth; --spec {spec} has no calibrated drafter "
                                  "(use --spec mtp or --spec-cost-model static)", param_hint="--spec-cost-model")
     if energy not in ENERGY:
@@ -98,9 +104,16 @@ def serve(
     except (RuntimeError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from None
     try:
-        recipe = embedded(model)
+        recipe = resolve(model)
+        tokenizer = tokenizer_for(recipe)
     except RecipeError as exc:
-        raise _fail(EX_NOINPUT, f"error: {exc}") from None
+        raise _fail(EX_DATAERR if isinstance(exc, CheckpointError) else EX_NOINPUT, f"error: {exc}") from None
+    if spec is None:
+        spec = "mtp" if recipe.config.mtp_depth or spec_cost_model == "measured" else "prompt-lookup"
+    if spec == "mtp" and not recipe.config.mtp_depth:
+        hint = "use --spec ngram or prompt-lookup" + (" with --spec-cost-model static" if spec_cost_model != "static"
+                                                      else "")
+        raise typer.BadParameter(f"{recipe.name} has no MTP module to draft with; {hint}", param_hint="--spec")
     cost_state = None
     table = spec_cost_table or default_table(box, recipe.name)
     if spec_cost_model == "measured":
@@ -109,12 +122,14 @@ def serve(
             cost_state = boot_measured(recipe, settings, boot)
         except BootError as exc:
             raise _fail(exc.code, *exc.lines) from None
-    net = recipe.load(getattr(torch, settings.dtype), settings.device)
-    if spec == "mtp" and net.mtp is None:
-        raise typer.BadParameter(f"recipe {recipe.name} has no MTP module; use another --spec", param_hint="--spec")
+    try:
+        net = recipe.load(getattr(torch, settings.dtype), settings.device)
+    except RecipeError as exc:
+        raise _fail(EX_DATAERR if isinstance(exc, CheckpointError) else EX_NOINPUT, f"error: {exc}") from None
     pools = VerifyPools(DEFAULT_POOLS.tiers, lift_wide_tier=lift_wide_tier)
-    service = Service.build(net, recipe.id, (recipe.name, recipe.id), PolicyConfig(spec, lookup_depth, pools),
-                            max_batch, max_len or None, cost_state, keys)
+    names = (recipe.name, recipe.id) + ((model,) if model not in (recipe.name, recipe.id) else ())
+    service = Service.build(net, recipe.id, names, PolicyConfig(spec, lookup_depth, pools),
+                            max_batch, context_len(recipe, max_len), cost_state, keys, tokenizer)
     _banner(service, recipe.id, host, port, settings, box, table if cost_state else None, cost_state, keys)
     app = create_app(service)
     if tui_:

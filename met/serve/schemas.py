@@ -6,7 +6,6 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from met.model.tokenizer import VOCAB_SIZE
 from met.serve.errors import ApiError
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
@@ -58,9 +57,9 @@ class CompletionRequest(BaseModel):
         if isinstance(value, str) and value:
             return value
         if isinstance(value, list) and value and all(isinstance(t, int) and not isinstance(t, bool) for t in value):
-            bad = [t for t in value if not 0 <= t < VOCAB_SIZE]
+            bad = [t for t in value if t < 0]  # the model's vocabulary is checked when the request is queued
             if bad:
-                raise ValueError(f"token ids {bad[:5]} are outside the vocabulary 0..{VOCAB_SIZE - 1}")
+                raise ValueError(f"token ids {bad[:5]} are negative")
             return value
         raise ValueError("must be one non-empty prompt: a string, a list of one string, or a list of token ids "
                          "(batches of several prompts are not served; send one request each)")

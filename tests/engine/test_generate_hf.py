@@ -1,0 +1,71 @@
+"""`met generate --model FOLDER`: greedy text equal to transformers' generate; host speculation changes no token."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from checkpoint_helpers import checkpoint, hf_greedy
+from met.cli import app
+from met.exit_codes import EX_DATAERR, EX_NOINPUT
+from met.model.sources import resolve, tokenizer_for
+
+pytest.importorskip("transformers")
+
+PROMPT = "def add(a, b):\n    return"
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def saved(request, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gen") / f"tiny-{request.param}"
+    return folder, checkpoint(folder, request.param)
+
+
+def _generate(folder, *args: str) -> dict:
+    result = CliRunner().invoke(app, ["generate", "--model", str(folder), "--prompt", PROMPT, "--max-tokens", "40",
+                                      "--dtype", "float64", "--json", *args])
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_greedy_text_equals_transformers_generate(saved):
+    # the same prompt ids through transformers' greedy generate: the same tokens, so the same text
+    folder, hf = saved
+    tok = tokenizer_for(resolve(str(folder)))
+    want = hf_greedy(hf, tok.encode(PROMPT), 40)
+    got = _generate(folder)
+    assert got["text"] == tok.decode(want) and got["tokens"] == len(want)
+
+
+@pytest.mark.parametrize("spec", ["prompt-lookup", "ngram"])
+def test_host_speculation_is_token_identical_to_plain(saved, spec):
+    # drafts from the history are verified by the model: the text is plain greedy's, and some drafts land
+    folder, _ = saved
+    plain, spec_out = _generate(folder), _generate(folder, "--spec", spec, "--depth", "4")
+    assert spec_out["text"] == plain["text"] and spec_out["tokens"] == plain["tokens"]
+    assert spec_out["drafts_proposed"] > 0
+
+
+def test_mtp_is_refused_on_a_model_without_an_mtp_module(saved):
+    # a checkpoint folder has no MTP drafter: usage error naming the model and the alternatives
+    folder, _ = saved
+    result = CliRunner().invoke(app, ["generate", "--model", str(folder), "--prompt", "x", "--spec", "mtp"])
+    assert result.exit_code == 2 and f"{folder.name} has no MTP module" in result.stderr
+    assert "prompt-lookup" in result.stderr
+
+
+def test_unsupported_architecture_exits_65_with_its_name(tmp_path):
+    # Mistral is not loaded, and the message says which families are
+    checkpoint(tmp_path / "m")
+    doc = json.loads((tmp_path / "m" / "config.json").read_text())
+    (tmp_path / "m" / "config.json").write_text(json.dumps(doc | {"architectures": ["MistralForCausalLM"]}))
+    result = CliRunner().invoke(app, ["generate", "--model", str(tmp_path / "m"), "--prompt", "x"])
+    assert result.exit_code == EX_DATAERR
+    assert "architecture MistralForCausalLM is not supported (met loads LlamaForCausalLM, Qwen2ForCausalLM)" \
+        in result.stderr and "Traceback" not in result.stderr
+
+
+def test_missing_folder_exits_66(tmp_path):
+    # a path that is not there: EX_NOINPUT, naming it
+    result = CliRunner().invoke(app, ["generate", "--model", str(tmp_path / "gone"), "--prompt", "x"])
+    assert result.exit_code == EX_NOINPUT and "no checkpoint folder" in result.stderr
