@@ -1,8 +1,9 @@
 """Incremental detokenization with stop strings: tokens in, text deltas out, never a stop string's prefix early.
 
 The tokenizer's stream decoder holds back text a later token could still change (byte tokens: a
-character whose bytes have not all arrived; an HF tokenizer: a piece that decodes to U+FFFD). A delta never ends inside text that could still become a stop string: the longest tail
-of the text that is a prefix of some stop string is held back until the next token decides it.
+character whose bytes have not all arrived; an HF tokenizer: a piece that decodes to U+FFFD).
+A delta never ends inside text that could still become a stop string: the longest tail of the
+text that is a prefix of some stop string is held back until the next token decides it.
 When a stop string appears, the text is cut just before it (OpenAI's rule: the stop string is not
 returned) and the stream is finished; the tokens after it are not consumed.
 
