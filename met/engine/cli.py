@@ -10,6 +10,7 @@ import typer
 from met.engine.generate import SPEC_MODES, Output, generate as run_generate
 from met.engine.runner import ModelRunner, Sampling
 from met.exit_codes import EX_DATAERR, EX_NOINPUT
+from met.model.dflash import load_drafter, shipped_path
 from met.model.hf_config import CheckpointError
 from met.model.recipes import DEFAULT_RECIPE, RecipeError
 from met.model.sources import context_len, resolve, tokenizer_for
@@ -60,7 +61,7 @@ def summary(o: Output, text: str) -> dict:
         "mean_accepted_length": round(o.accepted / o.steps, 4) if o.steps else 0.0,
         "acceptance_per_position": [round(a / p, 4) for a, p in zip(o.accepted_at, o.proposed_at)],
         "finished_by": o.finished_by,
-    }
+    } | ({"dflash_widths": {str(k): o.gammas.count(k) for k in sorted(set(o.gammas))}} if o.gammas else {})
 
 
 def generate(
@@ -68,7 +69,10 @@ def generate(
     prompts: Annotated[Path | None, typer.Option(help="JSONL file of prompts (strings or {\"prompt\": ...}).")] = None,
     max_tokens: Annotated[int, typer.Option(min=1, help="Tokens to generate per prompt.")] = 128,
     spec: Annotated[str, typer.Option(help=f"Drafting: {', '.join(SPEC_MODES)}.")] = "off",
-    depth: Annotated[int, typer.Option(min=0, max=16, help="Drafts per step (fixed).")] = 3,
+    depth: Annotated[int, typer.Option(min=0, max=16, help="Drafts per step (fixed; dflash: the rung's).")] = 3,
+    drafter: Annotated[Path | None, typer.Option(
+        help="DFlash drafter for --spec dflash (default: <recipe>.dflash.safetensors beside its weights).",
+        show_default=False)] = None,
     batch: Annotated[int, typer.Option(min=1, help="Prompts run together (width).")] = 1,
     temperature: Annotated[float, typer.Option(min=0.0, help="0 is greedy.")] = 0.0,
     top_p: Annotated[float, typer.Option(min=0.0, max=1.0, help="Nucleus sampling mass.")] = 1.0,
@@ -106,17 +110,30 @@ def generate(
         net = r.load(DTYPES[dtype], device)
     except RecipeError as e:
         raise _fail(str(e), EX_DATAERR if isinstance(e, CheckpointError) else EX_NOINPUT)
-    runner = ModelRunner(net, max_batch=batch, max_len=context_len(r, max_len))
+    block = _block_drafter(drafter or shipped_path(r), r.id, DTYPES[dtype], device) if spec == "dflash" else None
+    runner = ModelRunner(net, max_batch=batch, max_len=context_len(r, max_len), dflash=block)
     sampling = Sampling(temperature, top_p, seed)
     for start in range(0, len(texts), batch):
         chunk = texts[start : start + batch]
         encoded = [tokenizer.encode(t) for t in chunk]
+        lookahead = runner.dflash.block if runner.dflash is not None else depth
         for t, e in zip(chunk, encoded):
             if not e:
                 raise _fail(f"the prompt {t[:40]!r} encodes to no tokens", 2)
-            if len(e) + max_tokens + depth + 1 > runner.max_len:
+            if len(e) + max_tokens + lookahead + 1 > runner.max_len:
                 raise _fail(f"prompt of {len(e)} tokens + {max_tokens} new exceeds the context of {runner.max_len}", 2)
         outs = run_generate(runner, encoded, max_tokens, spec, depth, sampling, eos_ids=tokenizer.eos_ids)
         for o in outs:
             text = tokenizer.decode(o.tokens)
             typer.echo(json.dumps(summary(o, text)) if as_json else text)
+
+
+def _block_drafter(path: Path, target_id: str, dtype: torch.dtype, device: str):
+    """The DFlash drafter at path for this model; exit 66 if it is missing, 65 if it is not this model's."""
+    if not path.exists():
+        raise _fail(f"no DFlash drafter at {path}; train one with: met model train --drafter dflash "
+                    "(or pass --drafter PATH)", EX_NOINPUT)
+    try:
+        return load_drafter(path, target_id, dtype, device)
+    except (ValueError, OSError) as e:
+        raise _fail(str(e), EX_DATAERR)

@@ -3,8 +3,10 @@
 from met.engine.generate import generate
 from met.engine.runner import ModelRunner
 from met.model.corpus import heldout_prompts
+from met.model.dflash import DflashDrafter
 from met.model.tokenizer import encode
 from met.model.transformer import Transformer
+from met.speculative.dflash_rung import DflashParams, DflashRung
 
 
 def mtp_acceptance(model: Transformer, prompts: int = 16, max_tokens: int = 128, depth: int = 4,
@@ -30,6 +32,33 @@ def mtp_acceptance(model: Transformer, prompts: int = 16, max_tokens: int = 128,
                 accepted[j] += a
     return {
         "method": f"greedy MTP decoding, depth {depth}, {max_tokens} tokens from each of {len(texts)} "
+                  f"held-out file openings ({prompt_bytes} bytes)",
+        "per_position": {str(j + 1): round(a / p, 4) for j, (a, p) in enumerate(zip(accepted, proposed)) if p},
+        "acceptance_rate": round(hits / drafts, 4) if drafts else None,
+        "mean_accepted_length": round(hits / steps, 4) if steps else None,
+    }
+
+
+def dflash_acceptance(model: Transformer, drafter: DflashDrafter, prompts: int = 16, max_tokens: int = 128,
+                      prompt_bytes: int = 256) -> dict:
+    """Greedy DFlash decoding at a fixed gamma (the whole block), one stream at a time, from held-out openings.
+
+    per_position[j]: share of steps that proposed a j-th draft in which drafts 1..j were all accepted;
+    mean_accepted_length counts accepted drafts per step (the bonus token not counted).
+    """
+    texts = heldout_prompts(prompts, prompt_bytes=prompt_bytes)
+    block = drafter.block
+    fixed = DflashParams(tiers=(), wide_gamma=block, single_levels=(block,), up=())
+    runner = ModelRunner(model, max_batch=1, dflash=drafter)
+    proposed, accepted, steps, drafts, hits = [0] * block, [0] * block, 0, 0, 0
+    for text in texts:
+        (o,) = generate(runner, [encode(text)], max_tokens, "dflash", stop_at_eos=False, rung=DflashRung(fixed))
+        steps, drafts, hits = steps + o.steps, drafts + o.proposed, hits + o.accepted
+        for j, (p, a) in enumerate(zip(o.proposed_at, o.accepted_at)):
+            proposed[j] += p
+            accepted[j] += a
+    return {
+        "method": f"greedy DFlash decoding, gamma {block}, width 1, {max_tokens} tokens from each of {len(texts)} "
                   f"held-out file openings ({prompt_bytes} bytes)",
         "per_position": {str(j + 1): round(a / p, 4) for j, (a, p) in enumerate(zip(accepted, proposed)) if p},
         "acceptance_rate": round(hits / drafts, 4) if drafts else None,

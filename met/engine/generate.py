@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from met.engine.proposer import NGRAM_MAX, SPEC_MODES, Proposer
 from met.engine.runner import Draft, ModelRunner, Sampling
 from met.model.tokenizer import EOS
+from met.speculative.dflash_rung import DflashRung
 
 __all__ = ["NGRAM_MAX", "SPEC_MODES", "Output", "Proposer", "generate"]
 
@@ -25,19 +26,24 @@ class Output:
     decode_s: float = 0.0
     prefill_s: float = 0.0
     finished_by: str = "length"
+    gammas: list[int] = field(default_factory=list)  # --spec dflash: the rung's verify width K at each step
 
 
 def generate(runner: ModelRunner, prompts: list[list[int]], max_tokens: int, spec: str = "off", depth: int = 3,
              sampling: Sampling = Sampling(), stop_at_eos: bool = True,
-             eos_ids: Collection[int] = (EOS,)) -> list[Output]:
+             eos_ids: Collection[int] = (EOS,), rung: DflashRung | None = None) -> list[Output]:
     """Generate up to max_tokens per prompt, all prompts as one batch, drafting depth tokens per step.
 
     eos_ids: the tokens that end a sequence (the tokenizer's; the byte tokenizer's EOS by default).
+    spec "dflash": the DFlash rung picks each step's depth (gamma) from the batch width and, for a
+    single stream, the first-draft accept rate (`rung`, default DflashRung()); `depth` is not used.
     """
     if spec not in SPEC_MODES:
         raise ValueError(f"unknown spec mode {spec!r}; choose one of {', '.join(SPEC_MODES)}")
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+    if spec == "dflash" and runner.dflash is None:
+        raise ValueError("--spec dflash needs a runner with a DFlash drafter (ModelRunner(..., dflash=drafter))")
     slots = list(range(len(prompts)))
     outs = [Output(p) for p in prompts]
     proposers = [Proposer(spec, p) for p in prompts]
@@ -52,22 +58,32 @@ def generate(runner: ModelRunner, prompts: list[list[int]], max_tokens: int, spe
             live.append(slot)
         else:
             runner.release(slot)
+    rung = (rung or DflashRung()) if spec == "dflash" else None
     t0 = time.perf_counter()
     while live:
+        if rung is not None:
+            depth = rung.gamma_for(len(live), runner.dflash.block)
         want = [max(0, min(depth, max_tokens - len(outs[s].tokens) - 1, runner.room(s))) for s in live]
         if spec == "off":
             drafts = [Draft([], []) for _ in live]
         elif spec == "mtp":
             drafts = runner.draft_mtp(live, want)
+        elif spec == "dflash":
+            drafts = runner.draft_dflash(live, want)
         else:
             drafts = [proposers[s].host_draft(k) for s, k in zip(live, want)]
         results = runner.verify(live, drafts)
+        if rung is not None:
+            drafted = [r for d, r in zip(drafts, results) if d.tokens]
+            rung.observe(len(live), len(drafted), sum(r.accepted > 0 for r in drafted))
         still = []
         for s, d, r in zip(live, drafts, results):
             o = outs[s]
             o.steps += 1
             o.proposed += len(d.tokens)
             o.accepted += r.accepted
+            if rung is not None:
+                o.gammas.append(depth)
             _count_positions(o, len(d.tokens), r.accepted)
             proposers[s].observe(len(d.tokens), r.accepted, r.tokens)
             if _emit(o, r.tokens, max_tokens, stop_at_eos, eos_ids) or runner.room(s) < 0:

@@ -21,8 +21,7 @@ from met.speculative.spec_cost import DrafterKey, TableKey
 
 MODES = ("decode", "verify", "draft_mtp")
 """The step modes a table measures: plain decode (k = 0), verify of k drafts, the MTP draft step."""
-# Later: "draft_dflash" for a block drafter; add it here and the digest covers it as any other mode.
-KNOWN_MODES = MODES + ("draft_dflash",)
+KNOWN_MODES = MODES + ("draft_dflash",)  # draft_dflash: a DFlash block drafter's step (bench --drafter dflash)
 
 _BOX_CLASS = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")  # also a folder name under tables/
 _CPUINFO = Path("/proc/cpuinfo")
@@ -164,3 +163,8 @@ def serve_table_key(recipe_id: str, config: ModelConfig, settings: RunSettings, 
 def mtp_drafter_key(recipe: Recipeish) -> DrafterKey:
     """The key of a recipe's MTP drafter: the MTP module ships in the recipe's weights, so their digest."""
     return DrafterKey("mtp", recipe.name, recipe.digest)
+
+
+def dflash_drafter_key(recipe: Recipeish, drafter_digest: str) -> DrafterKey:
+    """The key of a recipe's DFlash drafter: its own weights file, so that file's digest."""
+    return DrafterKey("dflash", recipe.name, drafter_digest)

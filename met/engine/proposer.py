@@ -10,7 +10,7 @@ from met.engine.runner import Draft
 from met.speculative import ngram
 from met.speculative.prompt_lookup import LookupParams, PromptLookup
 
-SPEC_MODES = ("off", "mtp", "ngram", "prompt-lookup")
+SPEC_MODES = ("off", "mtp", "ngram", "prompt-lookup", "dflash")
 HOST_MODES = ("ngram", "prompt-lookup")  # modes whose drafts come from the history, not a model
 NGRAM_MAX = 4  # longest suffix the n-gram proposers match
 

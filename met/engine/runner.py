@@ -1,10 +1,11 @@
-"""The model runner: owns the model, the KV cache and the device; prefill, MTP draft and verify steps."""
+"""The model runner: owns the model, the KV cache and the device; prefill, MTP and DFlash draft, verify steps."""
 
 from dataclasses import dataclass, field
 
 import torch
 
 from met.engine.accept import greedy_accept, speculative_accept, target_distribution
+from met.model.dflash import DflashDrafter
 from met.model.kv_cache import KVCache
 from met.model.transformer import CacheContext, Transformer
 
@@ -53,13 +54,16 @@ class _Seq:
     generator: torch.Generator | None
     catchup_h: list[torch.Tensor] = field(default_factory=list)  # main hidden rows the MTP block has not seen
     catchup_tok: list[int] = field(default_factory=list)  # the token after each of those rows
+    last_h: torch.Tensor | None = None  # [dim] main hidden that predicted `pending` (kept for a DFlash drafter)
 
 
 class ModelRunner:
     """Runs steps for sequences that live in KV-cache slots 0..max_batch-1."""
 
-    def __init__(self, model: Transformer, max_batch: int, max_len: int | None = None, track_mtp: bool = True):
+    def __init__(self, model: Transformer, max_batch: int, max_len: int | None = None, track_mtp: bool = True,
+                 dflash: DflashDrafter | None = None):
         self.model = model.eval()
+        self.dflash = dflash.eval() if dflash is not None else None  # block drafter over this model's hidden states
         model.fuse()
         cfg = model.cfg
         p = next(model.parameters())
@@ -114,6 +118,8 @@ class ModelRunner:
             if self.track_mtp:
                 seq.catchup_h = list(h[i, : lens[i]])
                 seq.catchup_tok = prompts[i][1:] + [first]
+            if self.dflash is not None:
+                seq.last_h = h[i, lens[i] - 1]
             self.seqs[slot] = seq
             self.cache.lengths[slot] = lens[i]
             self.cache.mtp_lengths[slot] = 0
@@ -181,6 +187,33 @@ class ModelRunner:
             h = mh[:, 0]
         return drafts
 
+    @torch.inference_mode()
+    def draft_dflash(self, slots: list[int], gammas: list[int]) -> list[Draft]:
+        """DFlash drafts: one block-drafter pass for every slot with gamma > 0, the first gamma of its block kept."""
+        drafts = [Draft([], []) for _ in slots]
+        active = [i for i, g in enumerate(gammas) if g > 0]
+        if not active:
+            return drafts
+        if self.dflash is None:
+            raise RuntimeError("this runner has no DFlash drafter (build it with ModelRunner(..., dflash=drafter))")
+        if max(gammas) > self.dflash.block:
+            raise ValueError(f"gamma {max(gammas)} exceeds the drafter's block of {self.dflash.block}")
+        seqs = [self.seqs[slots[i]] for i in active]
+        h = torch.stack([s.last_h for s in seqs])  # [B, dim]
+        tok = torch.tensor([s.pending for s in seqs], device=self.device)  # [B]
+        logits = self.dflash(self.model, h, tok)  # [B, block, V]
+        top = torch.log_softmax(logits.double(), -1).max(-1)
+        tok_rows, conf_rows = top.indices.tolist(), top.values.tolist()
+        for b, (i, seq) in enumerate(zip(active, seqs)):
+            g, d = gammas[i], drafts[i]
+            d.confidences = conf_rows[b][:g]
+            if seq.sampling.greedy:
+                d.tokens = tok_rows[b][:g]
+            else:  # each position sampled from its own marginal: a valid q for lossless speculative sampling
+                d.q = target_distribution(logits[b, :g], seq.sampling.temperature, seq.sampling.top_p)  # [g, V]
+                d.tokens = torch.multinomial(d.q, 1, generator=seq.generator)[:, 0].tolist()
+        return drafts
+
     # --- verify --------------------------------------------------------------------------------
 
     @torch.inference_mode()
@@ -222,6 +255,8 @@ class ModelRunner:
             if self.track_mtp:
                 seq.catchup_h.extend(h[i, : a + 1])
                 seq.catchup_tok.extend(emitted)
+            if self.dflash is not None:
+                seq.last_h = h[i, a]  # the row whose logits chose nxt
             seq.pending = nxt
             results.append(VerifyResult(a, emitted, margin))
         return results

@@ -14,33 +14,55 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from met.model.config import ModelConfig
 from met.model.corpus import HELDOUT_PERCENT, load_split, stdlib_root
 from met.model.transformer import Transformer
+from met.model.dflash_train import DflashTrainParams
 from met.model.train import TrainParams, train
 from met.model.weights import save_weights, write_card
 
 _D = TrainParams()
+_DF = DflashTrainParams()
 model_app = typer.Typer(help="Train and inspect the embedded model recipe.", no_args_is_help=True)
 console = Console(stderr=True)
 
 
 @model_app.command("train")
 def train_cmd(
-    out_dir: Annotated[Path, typer.Option(help="Folder for checkpoints, weights and the card.")] = Path("runs/met-tiny-py"),
+    out_dir: Annotated[Path | None, typer.Option(
+        help="Folder for checkpoints, weights and the card (default: runs/met-tiny-py; dflash: runs/<target>-dflash).",
+        show_default=False)] = None,
     preset: Annotated[str, typer.Option(help="Model config preset.")] = "met-tiny-py",
-    steps: Annotated[int, typer.Option(help="Optimizer steps.")] = _D.steps,
-    batch: Annotated[int, typer.Option(help="Sequences per step.")] = _D.batch,
-    seq_len: Annotated[int, typer.Option(help="Tokens per training sequence.")] = _D.seq_len,
-    lr: Annotated[float, typer.Option(help="Peak learning rate.")] = _D.lr,
+    steps: Annotated[int | None, typer.Option(help=f"Optimizer steps [default: {_D.steps}].",
+                                              show_default=False)] = None,
+    batch: Annotated[int | None, typer.Option(help=f"Sequences per step [default: {_D.batch}].",
+                                              show_default=False)] = None,
+    seq_len: Annotated[int | None, typer.Option(help=f"Tokens per training sequence [default: {_D.seq_len}].",
+                                                show_default=False)] = None,
+    lr: Annotated[float | None, typer.Option(help=f"Peak learning rate [default: {_D.lr}].",
+                                             show_default=False)] = None,
     threads: Annotated[int, typer.Option(help="torch CPU threads (0: torch's default).")] = 0,
-    eval_every: Annotated[int, typer.Option(help="Steps between held-out evaluations.")] = _D.eval_every,
+    eval_every: Annotated[int | None, typer.Option(
+        help=f"Steps between held-out evaluations [default: {_D.eval_every}].", show_default=False)] = None,
     seed: Annotated[int, typer.Option(help="Seed of the data sampler and initialisation.")] = 0,
+    drafter: Annotated[str, typer.Option(
+        help="mtp: train the model with its MTP module; dflash: train a DFlash block drafter against the frozen "
+             "--target (then --steps, --batch, --seq-len, --lr, --eval-every are the drafter's, default "
+             f"{_DF.steps}, {_DF.batch}, {_DF.seq_len}, {_DF.lr}, {_DF.eval_every}).")] = "mtp",
+    target: Annotated[str, typer.Option(help="--drafter dflash: the embedded recipe to draft for.")] = "met-tiny-py",
 ) -> None:
-    """Train the recipe on this interpreter's stdlib source (resumes from OUT_DIR/ckpt.pt)."""
+    """Train the recipe on this interpreter's stdlib source (resumes from OUT_DIR/ckpt.pt), or its DFlash drafter."""
     if threads:
         torch.set_num_threads(threads)
+    if drafter not in ("mtp", "dflash"):
+        console.print(f"[red]error:[/red] --drafter {drafter!r} is not one of mtp, dflash")
+        raise typer.Exit(2)
+    if drafter == "dflash":
+        _train_dflash(target, out_dir or Path(f"runs/{target}-dflash"), steps, batch, seq_len, lr, eval_every, seed)
+        return
+    out_dir = out_dir or Path("runs/met-tiny-py")
     try:
         cfg = ModelConfig.from_name(preset)
-        params = TrainParams(steps=steps, batch=batch, seq_len=seq_len, lr=lr, eval_every=eval_every,
-                             checkpoint_every=eval_every, seed=seed)
+        every = eval_every or _D.eval_every
+        params = TrainParams(steps=steps or _D.steps, batch=batch or _D.batch, seq_len=seq_len or _D.seq_len,
+                             lr=lr or _D.lr, eval_every=every, checkpoint_every=every, seed=seed)
     except (KeyError, ValueError) as e:
         console.print(f"[red]error:[/red] {e}")
         raise typer.Exit(2)
@@ -91,6 +113,24 @@ def train_cmd(
                                             prompt_bytes=min(256, cfg.max_seq_len // 2))
     write_card(card, out_dir / f"{preset}.card.json")
     console.print(f"wrote {out_dir / (preset + '.safetensors')} (digest {digest}) and its card")
+
+
+def _train_dflash(target: str, out_dir: Path, steps: int | None, batch: int | None, seq_len: int | None,
+                  lr: float | None, eval_every: int | None, seed: int) -> None:
+    from met.exit_codes import EX_NOINPUT
+    from met.model.dflash_cli import train_dflash_cmd
+    from met.model.recipes import RecipeError
+
+    try:
+        params = DflashTrainParams(steps=steps or _DF.steps, batch=batch or _DF.batch, seq_len=seq_len or _DF.seq_len,
+                                   lr=lr or _DF.lr, eval_every=eval_every or _DF.eval_every, seed=seed)
+        train_dflash_cmd(target, out_dir, params, {}, console)
+    except RecipeError as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(EX_NOINPUT)
+    except ValueError as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2)
 
 
 @model_app.command("info")

@@ -1,0 +1,76 @@
+"""The DFlash block drafter: block shapes, bidirectional rows, files keyed to their target, and its training loss."""
+
+import numpy as np
+import pytest
+import torch
+
+from met.model.config import ModelConfig
+from met.model.corpus import Split
+from met.model.dflash import DflashConfig, DflashDrafter, load_drafter, save_drafter
+from met.model.dflash_train import DflashTrainParams, block_losses, train_dflash
+from met.model.transformer import Transformer
+
+
+@pytest.fixture(scope="module")
+def target() -> Transformer:
+    torch.manual_seed(0)
+    m = Transformer(ModelConfig.from_name("micro"))
+    for p in m.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    return m.eval()
+
+
+def _drafter(target: Transformer, block: int = 8) -> DflashDrafter:
+    torch.manual_seed(1)
+    return DflashDrafter(DflashConfig.for_target(target.cfg, block=block, ffn_dim=64))
+
+
+def test_one_pass_gives_a_block_of_logits(target):
+    # 3 sequences -> [3, block, vocab]; the target's embeddings and head are used, not copied
+    d = _drafter(target)
+    out = d(target, torch.randn(3, target.cfg.dim), torch.tensor([1, 2, 3]))
+    assert out.shape == (3, 8, target.cfg.vocab_size)
+    assert not any(n.startswith(("embed", "lm_head")) for n, _ in d.named_parameters())
+
+
+def test_rows_see_each_other_both_ways(target):
+    # bidirectional inside the block: nudging a late MASK position's embedding moves the first row's logits
+    d = _drafter(target)
+    h, t = torch.randn(1, target.cfg.dim), torch.tensor([5])
+    before = d(target, h, t)
+    with torch.no_grad():
+        d.pos[-1] += 1.0
+    assert not torch.allclose(d(target, h, t)[:, 0], before[:, 0])
+
+
+def test_saved_drafter_loads_only_for_its_target(target, tmp_path):
+    # the file carries its config and target id; another target's id is refused by name
+    d = _drafter(target)
+    path = tmp_path / "d.safetensors"
+    digest = save_drafter(d, path, "micro@abc")
+    again = load_drafter(path, "micro@abc")
+    assert len(digest) == 16 and again.cfg == d.cfg
+    x = (target, torch.randn(2, target.cfg.dim), torch.tensor([3, 4]))
+    assert torch.equal(again(*x), d.eval()(*x))
+    with pytest.raises(ValueError, match="trained against micro@abc, not micro@other"):
+        load_drafter(path, "micro@other")
+
+
+def test_config_refuses_blocks_past_16():
+    # the DFlash rung never asks for more than 16
+    with pytest.raises(ValueError, match="block must be in 1..=16"):
+        DflashConfig(dim=32, vocab_size=258, block=17)
+
+
+def test_block_losses_fall_with_a_few_steps(target):
+    # distillation on a repetitive corpus: the weighted loss drops and acceptance stats are shares
+    rng = np.random.default_rng(0)
+    split = Split(np.tile(rng.integers(97, 110, 50), 100).astype(np.uint16), ("x",))
+    d = _drafter(target)
+    x = torch.from_numpy(split.tokens[:64].astype(np.int64))[None].repeat(2, 1)
+    first, stats = block_losses(d, target, x, 8, 0.8, torch.Generator().manual_seed(0))
+    assert len(stats["accept_at"]) == 8 and all(0 <= a <= 1 for a in stats["accept_at"])
+    params = DflashTrainParams(steps=30, batch=4, seq_len=64, anchors=8, lr=3e-3, warmup=3, eval_every=30)
+    out = train_dflash(d, target, split, split, params, None)
+    last, _ = block_losses(d, target, x, 8, 0.8, torch.Generator().manual_seed(0))
+    assert last.item() < first.item() and len(out["heldout_accept_at"]) == 8

@@ -1,0 +1,55 @@
+"""`met model train --drafter dflash`: trains against the frozen recipe and writes the drafter and its card."""
+
+import json
+from dataclasses import asdict
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import met.engine.evaluate as evaluate
+import met.model.dflash_cli as dflash_cli
+import met.model.recipes as recipes
+from met.cli import app
+from met.model.config import ModelConfig
+from met.model.corpus import Split
+from met.model.dflash import load_drafter
+from met.model.transformer import Transformer
+from met.model.weights import save_weights, write_card
+
+
+@pytest.fixture
+def micro_recipe(tmp_path, monkeypatch):
+    """An embedded micro recipe, a small corpus and two held-out prompts (no stdlib read)."""
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.from_name("micro"))
+    digest = save_weights(model, tmp_path / "micro-t.safetensors")
+    write_card({"config": asdict(model.cfg), "digest": digest}, tmp_path / "micro-t.card.json")
+    monkeypatch.setattr(recipes, "WEIGHTS_DIR", tmp_path)
+    split = Split(np.random.default_rng(0).integers(97, 110, 3000).astype(np.uint16), ("x",))
+    monkeypatch.setattr(dflash_cli, "load_split", lambda heldout: split)
+    monkeypatch.setattr(evaluate, "heldout_prompts", lambda count, prompt_bytes: ["def f(x):\n    return x\n"] * 2)
+    return recipes.embedded("micro-t")
+
+
+def test_train_dflash_writes_a_drafter_for_its_target_and_a_card(micro_recipe, tmp_path):
+    # 3 steps: the drafter loads for the target's id; the card has its key, config and acceptance per position
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["model", "train", "--drafter", "dflash", "--target", "micro-t", "--steps", "3",
+                                      "--batch", "2", "--seq-len", "64", "--eval-every", "3", "--out-dir", str(out)])
+    assert result.exit_code == 0, result.output
+    drafter = load_drafter(out / "micro-t.dflash.safetensors", micro_recipe.id)
+    card = json.loads((out / "micro-t.dflash.card.json").read_text())
+    assert card["target"] == micro_recipe.id and card["config"]["block"] == drafter.block == 16
+    assert len(card["heldout"]["teacher_forced_accept_at"]) == 16
+    assert set(card["acceptance"]["per_position"]) <= {str(j) for j in range(1, 17)}
+    assert (out / "dflash_ckpt.pt").exists()
+
+
+def test_train_refuses_an_unknown_drafter_and_target(micro_recipe):
+    # --drafter must be mtp or dflash; an unknown target recipe exits 66
+    result = CliRunner().invoke(app, ["model", "train", "--drafter", "eagle"])
+    assert result.exit_code == 2 and "--drafter 'eagle' is not one of mtp, dflash" in result.output
+    result = CliRunner().invoke(app, ["model", "train", "--drafter", "dflash", "--target", "nope"])
+    assert result.exit_code == 66 and "no embedded recipe 'nope'" in result.output
