@@ -47,10 +47,13 @@ def embedded(name: str = DEFAULT_RECIPE, verify: bool = True) -> Recipe:
     weights = WEIGHTS_DIR / f"{name}.safetensors"
     card_path = WEIGHTS_DIR / f"{name}.card.json"
     if not weights.exists() or not card_path.exists():
-        known = sorted(p.name.removesuffix(".safetensors") for p in WEIGHTS_DIR.glob("*.safetensors"))
+        known = sorted(p.name.removesuffix(".safetensors") for p in WEIGHTS_DIR.glob("*.safetensors")
+                       if not p.name.endswith(".dflash.safetensors"))  # drafters ship beside their recipes
         raise RecipeError(f"no embedded recipe {name!r} (known: {', '.join(known) or 'none'}); "
                           f"train one with: met model train")
     card = read_card(card_path)
+    if "drafter" in card:
+        raise RecipeError(f"{name!r} is the {card['drafter']} drafter of {card.get('target')}, not a recipe")
     config = ModelConfig(**card["config"])
     if verify and (actual := file_digest(weights)) != card["digest"]:
         raise RecipeError(f"{weights} has digest {actual}, but its card says {card['digest']}; "
