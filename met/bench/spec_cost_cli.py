@@ -8,7 +8,7 @@ The command parses, takes the table's lock, opens the meter, loads the recipe, r
 import datetime as dt
 import platform
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Annotated
 
@@ -25,6 +25,7 @@ from met.bench.table_files import (LockHeld, TableLock, changes, read_existing, 
 from met.engine.identity import (RunSettings, box_class, default_device, default_dtype, device_name,
                                  mtp_drafter_key, serve_table_key)
 from met.exit_codes import EX_DATAERR, EX_NOINPUT, EX_OK, EX_TEMPFAIL, EX_UNAVAILABLE
+from met.model.dflash import DflashDrafter, load_drafter, shipped_path
 from met.model.hf_config import CheckpointError
 from met.model.recipes import DEFAULT_RECIPE, Recipe, RecipeError, embedded
 from met.model.sources import is_path, recipe_name, resolve
@@ -35,6 +36,9 @@ EX_USAGE = 2  # what click answers a bad option with; the command uses it for ba
 RecipeOpt = Annotated[str, typer.Option(
     "--recipe", "--model", help="Embedded recipe name, or a Hugging Face checkpoint folder (Llama, Qwen2), to measure "
     "(a model without an MTP module: plain decode cells only, k = 0).")]
+DrafterOpt = Annotated[str, typer.Option(
+    "--drafter", help="Whose draft step to time: mtp (the recipe's MTP module) or dflash (its DFlash block drafter, "
+    "<recipe>.dflash.safetensors beside its weights; table <recipe>.dflash.toml, no calibration).")]
 BoxClassOpt = Annotated[str | None, typer.Option(
     "--box-class", help="Box class the table is keyed by (default: derived, e.g. nvidia-h200x1, cpu-amd-epyc-2t).",
     show_default=False)]
@@ -105,6 +109,7 @@ def parse_widths(text: str) -> tuple[int, ...]:
 
 def spec_cost(
     recipe: RecipeOpt = DEFAULT_RECIPE,
+    drafter: DrafterOpt = "mtp",
     box_class_: BoxClassOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
@@ -128,7 +133,9 @@ def spec_cost(
     cron may run it unattended. When a table is already there, each cell's change is printed.
     A checkpoint folder (--model PATH) has no MTP drafter: its table holds the plain decode cells
     (k = 0) of each width, its recipe is the folder's model name and weights digest, and no
-    calibration is written.
+    calibration is written. --drafter dflash times the recipe's DFlash block drafter instead of
+    its MTP module (one pass whatever k; mode draft_dflash, its digest covering the drafter's
+    config) and writes <recipe>.dflash.toml, without a calibration.
 
     Exit statuses: 0 table (and calibration) written; 2 bad option value; 65 (EX_DATAERR) nothing
     written: the calibration prompts are invalid or gave too few judged drafts, or the measured
@@ -137,6 +144,11 @@ def spec_cost(
     69 (EX_UNAVAILABLE) the energy source asked for does not work here (the reason is printed);
     75 (EX_TEMPFAIL) another run holds the table's lock: nothing was touched, try later.
     """
+    if drafter not in ("mtp", "dflash"):
+        raise typer.BadParameter(f"{drafter!r} is not one of mtp, dflash", param_hint="--drafter")
+    if drafter == "dflash" and calibrate:
+        raise typer.BadParameter("the calibration is fitted for the MTP drafter only; drop --calibrate",
+                                 param_hint="--calibrate")
     energy = energy.lower()
     if energy not in ENERGY_CHOICES:
         raise typer.BadParameter(f"{energy!r} is not one of {', '.join(ENERGY_CHOICES)}", param_hint="--energy")
@@ -158,9 +170,11 @@ def spec_cost(
         name = recipe_name(recipe)  # a folder's model name, from its config.json; the weights are read later
     except RecipeError as exc:
         _fail(EX_DATAERR if isinstance(exc, CheckpointError) else EX_NOINPUT, str(exc))
-    request = Request(recipe, box_class_, settings, params, energy, cal_params if calibrate is not False else None,
-                      calibration_prompts, out or Path("tables") / box / f"{name}.toml",
-                      max_depth is not None, calibrate is True)
+    suffix = ".dflash.toml" if drafter == "dflash" else ".toml"
+    calibrated = cal_params if calibrate is not False and drafter == "mtp" else None
+    request = Request(recipe, box_class_, settings, params, energy, calibrated, calibration_prompts,
+                      out or Path("tables") / box / f"{name}{suffix}", max_depth is not None, calibrate is True,
+                      drafter)
     try:
         with TableLock(request.out), Reporter(quiet) as reporter:
             _run(request, reporter)
@@ -185,6 +199,7 @@ class Request:
     out: Path
     depth_given: bool = False  # --max-depth was passed (a model without a drafter refuses k > 0, not drops it)
     calibrate_given: bool = False  # --calibrate was passed (likewise)
+    drafter: str = "mtp"  # whose draft step is timed: mtp or dflash
 
 
 def _fail(code: int, message: str) -> None:
@@ -203,16 +218,17 @@ def _run(req: Request, reporter: Reporter) -> None:
     params = replace(req.params, window_s=max(req.params.window_s, meter.min_window_s))
     recipe = _recipe(req.recipe)
     calibration_params = req.calibration
-    if not recipe.config.mtp_depth:
+    block = _block_drafter(recipe, req.settings) if req.drafter == "dflash" else None
+    if block is None and not recipe.config.mtp_depth:
         params, calibration_params = _without_drafter(req, recipe, params), None
         reporter.say(f"{recipe.name} has no MTP drafter: measuring plain decode (k = 0) only, no calibration")
     try:
-        check_fits(recipe.config, params)
+        check_fits(recipe.config, params, block.block if block is not None else None)
     except ValueError as exc:
         raise Refusal(EX_USAGE, str(exc)) from None
     texts = _prompts(req.prompts, calibration_params) if calibration_params else []
     model = recipe.load(getattr(torch, req.settings.dtype), req.settings.device)
-    table = _sweep(req, params, recipe, model, meter, reporter)
+    table = _sweep(req, params, recipe, model, meter, reporter, block)
     calibration = None
     if calibration_params:
         reporter.say(f"calibrating drafter mtp '{recipe.name}' on {len(texts)} prompts")
@@ -226,7 +242,7 @@ def _run(req: Request, reporter: Reporter) -> None:
 
 
 def _sweep(req: Request, params: SweepParams, recipe: Recipe, model: torch.nn.Module, meter: Meter,
-           reporter: Reporter) -> CostTable:
+           reporter: Reporter, block: DflashDrafter | None = None) -> CostTable:
     """The measured table, validated exactly as a reader will parse it."""
     s = req.settings
     reporter.say(f"measuring {recipe.id} on {device_name(s.device)} ({s.device}, {s.dtype}, {s.threads} threads): "
@@ -234,11 +250,14 @@ def _sweep(req: Request, params: SweepParams, recipe: Recipe, model: torch.nn.Mo
                  f"{params.repeats} repeats of {params.window_s:g} s windows")
     started = time.perf_counter()
     try:
-        result = measure(model, meter, params, lambda done, total, label: reporter.step("sweep", done, total, label))
+        result = measure(model, meter, params, lambda done, total, label: reporter.step("sweep", done, total, label),
+                         block)
     except EnergyReadError as exc:
         raise Refusal(EX_UNAVAILABLE, f"the energy source stopped giving usable readings: {exc}") from None
-    modes = ("decode", "verify", "draft_mtp") if params.max_depth else ("decode",)
-    key = serve_table_key(recipe.id, recipe.config, s, meter.source, modes, req.box_override)
+    draft_mode = "draft_dflash" if block is not None else "draft_mtp"
+    modes = ("decode", "verify", draft_mode) if params.max_depth else ("decode",)
+    key = serve_table_key(recipe.id, recipe.config, s, meter.source, modes, req.box_override,
+                          asdict(block.cfg) if block is not None else None)
     meta = {"when": dt.datetime.now(dt.UTC).replace(microsecond=0), "met_version": __version__,
             "torch_version": torch.__version__, "python_version": platform.python_version(),
             "device": device_name(s.device), "dtype": s.dtype, "threads": s.threads,
@@ -273,6 +292,18 @@ def _recipe(name: str) -> Recipe:
         return resolve(name) if is_path(name) else embedded(name)
     except RecipeError as exc:
         raise Refusal(EX_DATAERR if isinstance(exc, CheckpointError) else EX_NOINPUT, str(exc)) from None
+
+
+def _block_drafter(recipe: Recipe, settings: RunSettings) -> DflashDrafter:
+    """The recipe's shipped DFlash drafter; Refusal 66 if there is none, 65 if it is another model's."""
+    path = shipped_path(recipe)
+    if not path.exists():
+        raise Refusal(EX_NOINPUT, f"no DFlash drafter at {path}; train one with: met model train --drafter dflash "
+                      f"--target {recipe.name}, then put it beside the recipe's weights")
+    try:
+        return load_drafter(path, recipe.id, getattr(torch, settings.dtype), settings.device)
+    except (ValueError, OSError) as exc:
+        raise Refusal(EX_DATAERR, str(exc)) from None
 
 
 def _without_drafter(req: Request, recipe: Recipe, params: SweepParams) -> SweepParams:

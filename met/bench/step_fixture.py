@@ -31,13 +31,18 @@ class StepFixture:
 
     Built as a real decode would leave them: prefill, one MTP catch-up pass, then `catchup_rows`
     plain decode steps, so the MTP block has that many rows to catch up on before its first
-    draft (as after a step that emitted that many tokens).
+    draft (as after a step that emitted that many tokens). drafter "dflash": the runner's DFlash
+    block drafter makes the drafts instead (its step reads the state and changes none of it).
     """
 
-    def __init__(self, runner: ModelRunner, prompts: list[list[int]], catchup_rows: int = 1) -> None:
+    def __init__(self, runner: ModelRunner, prompts: list[list[int]], catchup_rows: int = 1,
+                 drafter: str = "mtp") -> None:
         if catchup_rows < 1:
             raise ValueError(f"catchup_rows must be at least 1 (the bonus token's row), got {catchup_rows}")
+        if drafter not in ("mtp", "dflash"):
+            raise ValueError(f"drafter must be mtp or dflash, got {drafter!r}")
         self.runner = runner
+        self.drafter = drafter
         self.slots = list(range(len(prompts)))
         for slot in self.slots:
             runner.release(slot)
@@ -71,7 +76,7 @@ class StepFixture:
         if depth == 0:
             return [Draft([], []) for _ in range(width)]
         if depth not in self._drafts:
-            self._drafts[depth] = self.runner.draft_mtp(self.slots, [depth] * len(self.slots))
+            self._drafts[depth] = self._draft(self.slots, depth)
             self.restore(len(self.slots))
         return [Draft(list(d.tokens), list(d.confidences)) for d in self._drafts[depth][:width]]
 
@@ -81,6 +86,11 @@ class StepFixture:
         self.restore(width)
 
     def draft_step(self, width: int, depth: int) -> None:
-        """One MTP draft step of depth `depth` for the first `width` sequences."""
-        self.runner.draft_mtp(self.slots[:width], [depth] * width)
+        """One draft step (MTP, or the DFlash block) of depth `depth` for the first `width` sequences."""
+        self._draft(self.slots[:width], depth)
         self.restore(width)
+
+    def _draft(self, slots: list[int], depth: int) -> list[Draft]:
+        if self.drafter == "dflash":
+            return self.runner.draft_dflash(slots, [depth] * len(slots))
+        return self.runner.draft_mtp(slots, [depth] * len(slots))

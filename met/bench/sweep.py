@@ -20,6 +20,7 @@ from met.bench.meters import EnergyReadError, Meter, Reading, WallMeter, device_
 from met.bench.step_fixture import StepFixture
 from met.engine.runner import ModelRunner
 from met.model.config import ModelConfig
+from met.model.dflash import DflashDrafter
 from met.model.transformer import Transformer
 from met.speculative.spec_cost import MAX_DEPTH, Cell
 
@@ -111,25 +112,32 @@ def tasks(params: SweepParams) -> list[Task]:
     return found
 
 
-def check_fits(cfg: ModelConfig, params: SweepParams) -> None:
-    """ValueError, with what to change, when the sweep does not fit the model."""
+def check_fits(cfg: ModelConfig, params: SweepParams, block: int | None = None) -> None:
+    """ValueError, with what to change, when the sweep does not fit the model (block: a DFlash drafter's)."""
     if params.cache_len > cfg.max_seq_len:
         raise ValueError(f"context_len {params.context_len} + {params.catchup_rows} catch-up + depth "
                          f"{params.max_depth} + 1 = {params.cache_len} tokens exceed the model's max_seq_len "
                          f"{cfg.max_seq_len}; lower --context-len or --max-depth")
-    if params.max_depth and cfg.mtp_depth == 0:
+    if block is not None:
+        if params.max_depth > block:
+            raise ValueError(f"--max-depth {params.max_depth} exceeds the DFlash drafter's block of {block}")
+    elif params.max_depth and cfg.mtp_depth == 0:
         raise ValueError("the model has no MTP module to draft with; pass --max-depth 0")
 
 
 def measure(model: Transformer, meter: Meter, params: SweepParams,
-            on_window: Callable[[int, int, str], None] = lambda done, total, label: None) -> SweepResult:
-    """Time every cell of the sweep on `model` with `meter`; `on_window(done, total, label)` reports progress."""
-    check_fits(model.cfg, params)
-    runner = ModelRunner(model, max(params.widths), params.cache_len)
+            on_window: Callable[[int, int, str], None] = lambda done, total, label: None,
+            dflash: DflashDrafter | None = None) -> SweepResult:
+    """Time every cell of the sweep on `model` with `meter`; `on_window(done, total, label)` reports progress.
+
+    dflash: time its block draft step instead of the MTP one (the verify steps score its drafts).
+    """
+    check_fits(model.cfg, params, dflash.block if dflash is not None else None)
+    runner = ModelRunner(model, max(params.widths), params.cache_len, track_mtp=dflash is None, dflash=dflash)
     gen = torch.Generator().manual_seed(params.seed)
     vocab = min(model.cfg.vocab_size, 256)  # byte tokens: any text's, never BOS/EOS
     prompts = torch.randint(0, vocab, (max(params.widths), params.context_len), generator=gen).tolist()
-    fixture = StepFixture(runner, prompts, params.catchup_rows)
+    fixture = StepFixture(runner, prompts, params.catchup_rows, "dflash" if dflash is not None else "mtp")
     todo = tasks(params)
     window_s = max(params.window_s, meter.min_window_s)
     total = len(todo) * (params.repeats + 1)

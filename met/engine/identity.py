@@ -133,31 +133,40 @@ def _slug(name: str) -> str:
 
 
 def plan_digest(mode: str, model_config: ModelConfig, dtype: str, device_name: str, torch_version: str,
-                threads: int, attention_impl: str, compile_setting: str, verify_arms: Iterable[int]) -> str:
-    """sha256 (16 hex) of a canonical JSON of the mode and everything that changes its cost."""
+                threads: int, attention_impl: str, compile_setting: str, verify_arms: Iterable[int],
+                drafter: dict | None = None) -> str:
+    """sha256 (16 hex) of a canonical JSON of the mode and everything that changes its cost.
+
+    drafter: the config of a drafter that is not part of the model (DFlash's, for draft_dflash).
+    """
     if mode not in KNOWN_MODES:
         raise ValueError(f"mode {mode!r} is not one of {', '.join(KNOWN_MODES)}")
     doc = {"mode": mode, "model_config": model_config.identity(), "dtype": str(dtype).removeprefix("torch."),
            "device_name": device_name, "torch_version": torch_version, "threads": threads,
            "attention_impl": attention_impl, "compile_setting": compile_setting,
            "verify_arms": sorted(set(verify_arms))}
+    if drafter is not None:
+        doc["drafter"] = drafter
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def plan_digests(config: ModelConfig, settings: RunSettings, modes: Iterable[str] = MODES) -> dict[str, str]:
-    """The plan digest of each mode, for this box's device and this torch."""
+def plan_digests(config: ModelConfig, settings: RunSettings, modes: Iterable[str] = MODES,
+                 drafter: dict | None = None) -> dict[str, str]:
+    """The plan digest of each mode, for this box's device and this torch (draft_dflash: and the drafter's config)."""
     name = device_name(settings.device)
     return {mode: plan_digest(mode, config, settings.dtype, name, torch.__version__, settings.threads,
-                              settings.attention_impl, settings.compile_setting, settings.verify_arms)
+                              settings.attention_impl, settings.compile_setting, settings.verify_arms,
+                              drafter if mode == "draft_dflash" else None)
             for mode in modes}
 
 
 def serve_table_key(recipe_id: str, config: ModelConfig, settings: RunSettings, energy_source: str,
-                    modes: Iterable[str] = MODES, box_class_override: str | None = None) -> TableKey:
+                    modes: Iterable[str] = MODES, box_class_override: str | None = None,
+                    drafter: dict | None = None) -> TableKey:
     """The key a table must have to be used here: what the bench writes and the serve checks at boot."""
     return TableKey(box_class(settings.device, box_class_override), recipe_id, energy_source,
-                    plan_digests(config, settings, modes))
+                    plan_digests(config, settings, modes, drafter))
 
 
 def mtp_drafter_key(recipe: Recipeish) -> DrafterKey:
