@@ -167,3 +167,10 @@ def info_cmd(
         out.print(f"held-out {name.replace('_', ' ')}: {value}")
     for depth, rate in card.get("acceptance", {}).get("per_position", {}).items():
         out.print(f"MTP greedy acceptance at draft {depth}: {rate}")
+    dflash_card = r.weights.with_name(f"{r.name}.dflash.card.json")
+    if dflash_card.exists():
+        dc = json.loads(dflash_card.read_text())
+        out.print(f"DFlash drafter: block {dc['config']['block']}, {dc['parameters']:,} parameters, "
+                  f"digest {dc['digest']} (trained against {dc['target']})")
+        for depth, rate in dc.get("acceptance", {}).get("per_position", {}).items():
+            out.print(f"DFlash greedy acceptance at draft {depth}: {rate}")
