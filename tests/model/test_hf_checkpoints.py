@@ -6,7 +6,9 @@ import json
 import pytest
 import torch
 
-from checkpoint_helpers import checkpoint
+from checkpoint_helpers import checkpoint, hf_greedy
+from met.engine.generate import generate
+from met.engine.runner import ModelRunner
 from met.model.hf_checkpoint import hf_recipe
 from met.model.hf_config import CheckpointError
 from met.model.recipes import RecipeError
@@ -36,6 +38,15 @@ def test_logits_match_transformers_float32(saved):
     x = torch.randint(0, src.model.cfg.vocab_size, (2, 33), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         assert torch.allclose(src.model(x), copy.deepcopy(hf).float()(x).logits, atol=1e-4, rtol=0)
+
+
+def test_cached_greedy_decoding_equals_transformers_generate(saved):
+    # the runner's packed, cached path (biases, head_dim, tying included) gives transformers' greedy tokens
+    folder, hf = saved
+    src = load_source(str(folder), torch.float64)
+    prompt = [5, 17, 42, 99, 7]
+    (out,) = generate(ModelRunner(src.model, 1), [prompt], 16, "off", eos_ids=src.tokenizer.eos_ids)
+    assert out.tokens == hf_greedy(hf, prompt, 16)
 
 
 def test_config_and_tokenizer_come_from_the_folder(saved):
