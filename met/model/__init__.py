@@ -1,1 +1,1 @@
-"""The models: the transformer, its MTP drafter, KV cache, weights, tokenizer and recipes (torch)."""
+"""The models: transformer, MTP and DFlash drafters, KV cache, weights, tokenizers, recipes, HF folders (torch)."""
