@@ -28,27 +28,11 @@ import uvicorn
 
 from met.engine.identity import RunSettings, box_class, default_device, default_dtype
 from met.engine.policy import PolicyConfig
-from met.model.corpus import is_heldout, stdlib_files, stdlib_root
+from met.model.corpus import heldout_code
 from met.model.recipes import DEFAULT_RECIPE, embedded
 from met.serve.app import Service, create_app
 from met.serve.boot import BootError, MeasuredBoot, boot_measured, default_calibration, default_table
 from met.serve.server import bound_port
-
-
-def heldout_code(count: int, offset: int = 1024, size: int = 256) -> list[str]:
-    """`count` prompts of about `size` bytes from held-out files, from the first line start after `offset`."""
-    root, prompts = stdlib_root(), []
-    for path in stdlib_files(root):
-        if not is_heldout(path.relative_to(root).as_posix()):
-            continue
-        data = path.read_bytes()
-        start = data.find(b"\n", offset) + 1
-        text = data[start : start + size].decode("utf-8", errors="ignore")
-        if start > 0 and len(text) >= size // 2:
-            prompts.append(text)
-        if len(prompts) == count:
-            break
-    return prompts
 
 
 def start(service: Service) -> tuple[uvicorn.Server, str]:

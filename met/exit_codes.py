@@ -12,6 +12,12 @@ EX_NOINPUT = 66
 EX_UNAVAILABLE = 69
 """A service the command was asked to use is unavailable (an energy source that does not work here)."""
 
+EX_SOFTWARE = 70
+"""An internal error: the engine broke one of its own guarantees (greedy outputs that differ by policy)."""
+
+EX_CANTCREAT = 73
+"""An output file could not be written."""
+
 EX_TEMPFAIL = 75
 """Temporary failure, try again later: another run holds the lock."""
 

@@ -1,4 +1,4 @@
-"""MTP drafting policies: the static one (gate, ladder, adaptive rung) and the measured planner's.
+"""MTP drafting policies: the static one (gate, ladder, adaptive rung), the measured planner's, and a fixed depth.
 
 Static (`--spec mtp`): the MTP gate chooses MTP verify or plain decode by the throughput each
 mode delivered; in MTP mode the depth is the ladder's, lifted by the adaptive rung at widths
@@ -11,6 +11,9 @@ k is chosen, so the planner is given each sequence's confidences from its previo
 (the drafter's top-1 log-probs there, a cheap predictor of how predictable the text is right now);
 positions past them, and new sequences, use the calibration's position priors. kmax is the
 least of the table's, the model's MTP depth and the width tier's verify pool.
+
+Fixed depth (`met bench policies`' baselines): the same k every step, no gate; the capacity clamp
+still applies, so the default pools verify one draft at widths 9..=16 whatever k is.
 """
 
 from collections.abc import Mapping, Sequence
@@ -88,3 +91,24 @@ class MtpPlannedPolicy:
 
     def observe(self, plan: StepPlan, outcomes: Sequence[Outcome], seconds: float) -> None:
         pass  # the planner is pure: the table and calibration are fixed for the life of the serve
+
+
+class MtpFixedPolicy:
+    """MTP at one depth every step -> clamp: the choice a user makes without a cost model."""
+
+    def __init__(self, depth: int, num_drafts: int, pools: VerifyPools):
+        if not 1 <= depth <= num_drafts:
+            raise ValueError(f"fixed depth {depth} is outside the model's MTP depths 1..={num_drafts}")
+        self.name = f"mtp/fixed-{depth}"
+        self.depth = depth
+        self.pools = pools
+
+    def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
+        depths, clamp = clamp_depths(self.depth, runner, seqs, self.pools)
+        return StepPlan("mtp", self.depth, depths, joined(f"fixed k={self.depth}", clamp))
+
+    def draft(self, runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]:
+        return _draft(runner, seqs, plan)
+
+    def observe(self, plan: StepPlan, outcomes: Sequence[Outcome], seconds: float) -> None:
+        pass  # fixed: nothing to learn

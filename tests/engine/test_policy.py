@@ -2,11 +2,13 @@
 
 from types import SimpleNamespace
 
+import pytest
+
 from met.engine.policy import PolicyConfig, build_policy
 from met.engine.policy_base import Outcome, PlainPolicy, clamp_depths
 from met.engine.policy_dflash import DflashPolicy
 from met.engine.policy_lookup import LookupPolicy
-from met.engine.policy_mtp import MtpLadderPolicy, MtpPlannedPolicy
+from met.engine.policy_mtp import MtpFixedPolicy, MtpLadderPolicy, MtpPlannedPolicy
 from met.engine.proposer import Proposer
 from met.engine.requests import QueueSink, Request, SeqState
 from met.engine.runner import Draft
@@ -44,6 +46,18 @@ def test_rung_lift_is_clamped_by_default_pools_and_kept_when_lifted():
         p.rung.two_drafts = True
         plan = p.plan(_runner(), _seqs(12))
         assert plan.depth == 2 and plan.depths == (expected,) * 12 and plan.why.startswith("rung:two")
+
+
+def test_fixed_depth_asks_its_depth_every_step_and_the_pools_clamp_it():
+    # fixed-3: three drafts at width 2 whatever it observes, one at width 12 (default pools), none past the depth
+    p = MtpFixedPolicy(3, 4, DEFAULT_POOLS)
+    p.observe(p.plan(_runner(), _seqs(2)), [Outcome(3, 0, 1)] * 2, 0.01)
+    plan = p.plan(_runner(), _seqs(2))
+    assert (p.name, plan.mode, plan.depth, plan.depths, plan.why) == ("mtp/fixed-3", "mtp", 3, (3, 3), "fixed k=3")
+    assert p.plan(_runner(), _seqs(12)).depths == (1,) * 12
+    for bad in (0, 5):
+        with pytest.raises(ValueError, match="outside the model's MTP depths"):
+            MtpFixedPolicy(bad, 4, DEFAULT_POOLS)
 
 
 def test_gate_plain_mode_plans_no_drafts():

@@ -1,0 +1,219 @@
+"""`met bench policies`' run: one workload through the scheduler under each drafting policy, interleaved.
+
+Every policy is driven through the same engine path a serve uses, in-process and without HTTP:
+a fresh Scheduler (fresh policy state and shared lookup cache) over one ModelRunner per
+concurrency, every request submitted at once into `concurrency` slots, so that many are in
+flight until the queue runs dry; the calling thread ticks it until the last request finishes.
+A run's tokens/s is its completion tokens over the wall seconds from the first submit to the
+last finish (prefill, admission and streaming included, the same for every policy).
+Runs go repeat by repeat, each concurrency in turn, the policies in order within it
+(A B C A B C ...), so a drift of the box's load falls on every policy alike. One short warm-up
+run per policy and concurrency comes first and is not kept.
+"""
+
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from met.engine.policy_base import Outcome, PlainPolicy, Policy, StepPlan
+from met.engine.policy_lookup import LookupPolicy
+from met.engine.policy_mtp import MtpFixedPolicy, MtpLadderPolicy, MtpPlannedPolicy
+from met.engine.requests import Delta, Event, Failed, Finished, Request, SeqState
+from met.engine.runner import Draft, ModelRunner
+from met.engine.scheduler import Scheduler
+from met.model.transformer import Transformer
+from met.speculative.spec_capacity import VerifyPools
+from met.speculative.spec_cost import SpecCostState
+
+FIXED_DEPTHS = (1, 2, 3, 4)
+POLICIES = ("off", *(f"fixed-{k}" for k in FIXED_DEPTHS), "static", "prompt-lookup", "measured")
+LOOKUP_DEPTH = 4  # prompt lookup's most drafts per step: the serve's --lookup-depth default
+WARMUP_TOKENS = 8  # tokens per request of the warm-up run (enough for every step kind to run)
+
+PolicyFactory = Callable[[], Policy]  # a fresh policy (fresh gate, rung, windows) for each run
+Progress = Callable[[int, int, str], None]  # (runs done, runs in all, the last run's label)
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """The prompts (token ids), tokens per request, concurrencies and repeats every policy runs."""
+
+    prompts: tuple[tuple[int, ...], ...]
+    max_tokens: int
+    concurrencies: tuple[int, ...]
+    repeats: int
+
+    def __post_init__(self) -> None:
+        if not self.prompts or any(not p for p in self.prompts):
+            raise ValueError("the workload needs at least one prompt, and no prompt may be empty")
+        if self.max_tokens < 1:
+            raise ValueError(f"max tokens must be at least 1, got {self.max_tokens}")
+        if not self.concurrencies or any(c < 1 for c in self.concurrencies):
+            raise ValueError(f"concurrencies must be positive, got {self.concurrencies}")
+        if len(set(self.concurrencies)) != len(self.concurrencies):
+            raise ValueError(f"concurrencies {self.concurrencies} repeat one")
+        if self.repeats < 1:
+            raise ValueError(f"repeats must be at least 1, got {self.repeats}")
+
+
+def policy_factories(names: Sequence[str], num_drafts: int, pools: VerifyPools, cost_state: SpecCostState | None,
+                     environ: Mapping[str, str]) -> dict[str, PolicyFactory]:
+    """A factory per policy name (POLICIES), built as the serve builds its policies; ValueError naming the problem."""
+    out: dict[str, PolicyFactory] = {}
+    for name in names:
+        if name == "off":
+            out[name] = PlainPolicy
+        elif name.startswith("fixed-") and name in POLICIES:
+            depth = int(name.removeprefix("fixed-"))
+            MtpFixedPolicy(depth, num_drafts, pools)  # refuses a depth the model cannot draft, now
+            out[name] = lambda depth=depth: MtpFixedPolicy(depth, num_drafts, pools)
+        elif name == "static":
+            out[name] = lambda: MtpLadderPolicy(num_drafts, pools, environ)
+        elif name == "prompt-lookup":
+            out[name] = lambda: LookupPolicy("prompt-lookup", LOOKUP_DEPTH, pools)
+        elif name == "measured":
+            if cost_state is None:
+                raise ValueError("policy 'measured' needs the cost table and calibration")
+            out[name] = lambda: MtpPlannedPolicy(cost_state, num_drafts, pools)
+        else:
+            raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
+        if num_drafts < 1 and name not in ("off", "prompt-lookup"):
+            raise ValueError(f"policy {name!r} drafts with MTP, but the model has no MTP module")
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """One request's result: its text, its generated token ids and any failure."""
+
+    text: str
+    tokens: tuple[int, ...] | None  # EOS not included; None: the request ended at prefill, before any step saw it
+    failure: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One policy at one concurrency in one repeat: time, tokens, speculation counts, priced steps, outputs."""
+
+    policy: str
+    concurrency: int
+    repeat: int
+    tokens: int  # completion tokens of every request
+    seconds: float  # wall seconds from the first submit to the last finish
+    proposed: int  # drafts verified
+    accepted: int  # drafts accepted (the bonus token is not a draft)
+    verify_seq_steps: int  # sequence-steps that verified at least one draft
+    emitted_in_verify: int  # tokens those sequence-steps emitted: accepted drafts + one bonus each
+    proposed_at: tuple[int, ...]  # per draft position: sequence-steps that verified a draft there
+    accepted_at: tuple[int, ...]  # of those, how many had drafts 0..=i all accepted
+    steps: tuple[tuple[str, int, int, int], ...]  # (mode, width, deepest drafts verified, how many steps)
+    step_tokens: int  # tokens emitted by decode/verify steps (the first token of each request comes from prefill)
+    step_seconds: float  # wall seconds of those steps' draft + verify (no prefill, admission or streaming)
+    outputs: tuple[Output, ...]  # per prompt, in workload order
+
+
+class _Recorder:
+    """Passes every call to the policy it wraps; notes each step's shape and the sequences it saw."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.name = policy.name  # the scheduler wires host drafting by name
+        self.shapes: Counter = Counter()
+        self.seen: dict[str, SeqState] = {}
+        self.tokens = 0  # emitted by steps
+        self.seconds = 0.0  # the scheduler's draft + verify wall time of each step
+
+    def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
+        for s in seqs:
+            self.seen.setdefault(s.request.id, s)
+        return self.policy.plan(runner, seqs)
+
+    def draft(self, runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]:
+        return self.policy.draft(runner, seqs, plan)
+
+    def observe(self, plan: StepPlan, outcomes: Sequence[Outcome], seconds: float) -> None:
+        self.shapes[plan.mode, len(outcomes), max((o.proposed for o in outcomes), default=0)] += 1
+        self.tokens += sum(o.emitted for o in outcomes)
+        self.seconds += seconds
+        self.policy.observe(plan, outcomes, seconds)
+
+
+class _Sink:
+    """Collects one request's text and its final event on the scheduler's (the calling) thread."""
+
+    __slots__ = ("parts", "end", "done")
+
+    def __init__(self, done: list[int]) -> None:
+        self.parts: list[str] = []
+        self.end: Finished | Failed | None = None
+        self.done = done  # shared by a run's sinks: [requests ended]
+
+    def put(self, event: Event) -> None:
+        if isinstance(event, Delta):
+            self.parts.append(event.text)
+            return
+        if isinstance(event, Finished):
+            self.parts.append(event.text)
+        self.end = event
+        self.done[0] += 1
+
+
+def run_once(runner: ModelRunner, policy: Policy, model_id: str, prompts: Sequence[Sequence[int]],
+             max_tokens: int) -> tuple[float, Scheduler, _Recorder, list[_Sink]]:
+    """Every prompt through a fresh scheduler over `runner` (its slots are the concurrency); wall seconds and all."""
+    recorder = _Recorder(policy)
+    scheduler = Scheduler(runner, recorder, model_id)
+    done = [0]
+    sinks = [_Sink(done) for _ in prompts]
+    t0 = time.perf_counter()
+    for i, (prompt, sink) in enumerate(zip(prompts, sinks)):
+        scheduler.submit(Request(str(i), tuple(prompt), max_tokens), sink)
+    for _ in range(len(prompts) * (max_tokens + 1) + 16):  # each busy tick emits a token to every running request
+        if done[0] == len(sinks):
+            break
+        scheduler.tick()
+    return time.perf_counter() - t0, scheduler, recorder, sinks
+
+
+def measure_run(runner: ModelRunner, name: str, factory: PolicyFactory, model_id: str, workload: Workload,
+                repeat: int) -> Run:
+    """One kept run of a policy at the runner's concurrency, with its counts and outputs."""
+    seconds, sched, recorder, sinks = run_once(runner, factory(), model_id, workload.prompts, workload.max_tokens)
+    outputs = []
+    for i, sink in enumerate(sinks):
+        seq = recorder.seen.get(str(i))
+        tokens = tuple(seq.generated) if seq is not None else None
+        failure = (sink.end.message if isinstance(sink.end, Failed) else
+                   "the request never finished: the scheduler stopped emitting its tokens" if sink.end is None else None)
+        outputs.append(Output("".join(sink.parts), tokens, failure))
+    s, c = sched.stats, sched.counters
+    return Run(name, runner.cache.max_batch, repeat,
+               sum(k.end.completion_tokens for k in sinks if isinstance(k.end, Finished)), seconds,
+               s.proposed, s.accepted, s.verify_seq_steps, s.emitted, tuple(c.proposed_at), tuple(c.accepted_at),
+               tuple(sorted((mode, w, k, n) for (mode, w, k), n in recorder.shapes.items())), recorder.tokens,
+               recorder.seconds, tuple(outputs))
+
+
+def run_all(model: Transformer, model_id: str, factories: Mapping[str, PolicyFactory], workload: Workload,
+            progress: Progress | None = None) -> list[Run]:
+    """Warm-up, then every policy at every concurrency, interleaved over the repeats (see the module's docstring)."""
+    runners = {c: ModelRunner(model, c) for c in workload.concurrencies}
+    total = len(factories) * len(runners) * (workload.repeats + 1)
+    done = 0
+    for c, runner in runners.items():
+        warm = workload.prompts[: max(1, c)]
+        for name, factory in factories.items():
+            run_once(runner, factory(), model_id, warm, min(WARMUP_TOKENS, workload.max_tokens))
+            done += 1
+            if progress:
+                progress(done, total, f"warm-up {name} c={c}")
+    runs = []
+    for repeat in range(workload.repeats):
+        for c, runner in runners.items():
+            for name, factory in factories.items():
+                runs.append(measure_run(runner, name, factory, model_id, workload, repeat))
+                done += 1
+                if progress:
+                    progress(done, total, f"repeat {repeat + 1}/{workload.repeats} {name} c={c}")
+    return runs

@@ -1,0 +1,258 @@
+"""`met bench policies`: every drafting policy on one held-out workload at several concurrencies, side by side.
+
+The command parses, boots the measured planner's table exactly as `met serve --spec-cost-model
+measured` does (met.serve.boot: same key checks, same exit statuses), runs the policies
+(met.bench.policies), summarises and checks (met.bench.policies_report), and writes JSON,
+markdown and a PNG (met.bench.policies_plot) under --out-dir.
+"""
+
+import datetime as dt
+import json
+import os
+import platform
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import torch
+import typer
+
+from met import __version__
+from met.bench import policies as pol
+from met.bench.policies_identity import mismatches
+from met.bench.policies_plot import PlotUnavailable, plot
+from met.bench.policies_report import Row, checks, document, markdown, summarise
+from met.bench.meters import ENERGY_CHOICES
+from met.bench.progress import Reporter
+from met.bench.spec_cost_cli import EX_USAGE, parse_widths
+from met.engine.identity import RunSettings, box_class, default_device, default_dtype, device_name
+from met.exit_codes import EX_CANTCREAT, EX_NOINPUT, EX_OK, EX_SOFTWARE
+from met.model.corpus import heldout_code
+from met.model.recipes import DEFAULT_RECIPE, RecipeError, embedded
+from met.model.tokenizer import encode
+from met.serve.boot import BootError, MeasuredBoot, boot_measured, default_calibration, default_table
+from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
+
+PROMPT_OFFSET, PROMPT_BYTES = 1024, 256  # from byte 1024 of each held-out file: the calibration saw the openings
+DEFAULTS = {"prompts": 16, "max_tokens": 128, "repeats": 3, "concurrency": "1,4,16"}
+QUICK = {"prompts": 4, "max_tokens": 16, "repeats": 1, "concurrency": "1,2,4"}
+OUT_NAMES = ("policies.json", "policies.md", "policies.png")
+
+RecipeOpt = Annotated[str, typer.Option("--recipe", help="Embedded model recipe to run.")]
+PromptsOpt = Annotated[int | None, typer.Option(
+    "--prompts", min=1, help="Held-out code prompts in the workload (default: 16; --quick: 4).", show_default=False)]
+MaxTokensOpt = Annotated[int | None, typer.Option(
+    "--max-tokens", min=1, help="Tokens generated per prompt (default: 128; --quick: 16).", show_default=False)]
+ConcurrencyOpt = Annotated[str | None, typer.Option(
+    "--concurrency", help="Requests in flight, comma-separated (default: 1,4,16; --quick: 1,2,4).",
+    show_default=False)]
+RepeatsOpt = Annotated[int | None, typer.Option(
+    "--repeats", min=1, max=100, help="Interleaved repeats; figures are medians (default: 3; --quick: 1).",
+    show_default=False)]
+PoliciesOpt = Annotated[str | None, typer.Option(
+    "--policies", help=f"Comma-separated subset of: {', '.join(pol.POLICIES)} (default: all).", show_default=False)]
+TableOpt = Annotated[Path | None, typer.Option(
+    "--table", help="Cost table of the measured planner (default: tables/<box_class>/<recipe>.toml); also prices "
+    "joules/token when it has energy.", show_default=False)]
+CalibrationOpt = Annotated[Path | None, typer.Option(
+    "--calibration", help="Drafter calibration (default: beside the table).", show_default=False)]
+SlackOpt = Annotated[float, typer.Option(
+    "--slack", min=0.0, max=0.99, help="The planner's --spec-cost-slack, as met serve (0: tokens/s alone).")]
+EnergyOpt = Annotated[str, typer.Option(
+    "--energy", help="Energy source the planner's key is checked under, as met serve: auto | nvml | rapl | none.")]
+BoxClassOpt = Annotated[str | None, typer.Option(
+    "--box-class", help="Box class (default: derived from the hardware).", show_default=False)]
+DeviceOpt = Annotated[str | None, typer.Option(
+    "--device", help="Torch device (default: cuda if available, else cpu).", show_default=False)]
+DtypeOpt = Annotated[str | None, typer.Option(
+    "--dtype", help="Model dtype (default: bfloat16 on cuda, float32 on cpu).", show_default=False)]
+LiftOpt = Annotated[bool, typer.Option(
+    "--lift-wide-tier", help="Let widths 9..=16 verify two drafts, as met serve --lift-wide-tier.")]
+OutDirOpt = Annotated[Path, typer.Option(
+    "--out-dir", help=f"Folder of the results: {', '.join(OUT_NAMES)}.")]
+QuickOpt = Annotated[bool, typer.Option(
+    "--quick", help="4 prompts, 16 tokens, concurrency 1,2,4, 1 repeat: for tests and smoke runs.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress lines; the report and errors only.")]
+
+
+def _fail(code: int, *lines: str) -> typer.Exit:
+    for line in lines:
+        typer.echo(line, err=True)
+    return typer.Exit(code)
+
+
+def policies(
+    recipe: RecipeOpt = DEFAULT_RECIPE,
+    prompts: PromptsOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    concurrency: ConcurrencyOpt = None,
+    repeats: RepeatsOpt = None,
+    policies_: PoliciesOpt = None,
+    table: TableOpt = None,
+    calibration: CalibrationOpt = None,
+    slack: SlackOpt = 0.1,
+    energy: EnergyOpt = "auto",
+    box_class_: BoxClassOpt = None,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    lift_wide_tier: LiftOpt = False,
+    out_dir: OutDirOpt = Path("benchmarks/results"),
+    quick: QuickOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Run held-out code prompts through the scheduler under every drafting policy; tokens/s side by side.
+
+    Policies: off; fixed-1..fixed-4 (MTP at that depth every step); static (MTP gate, ladder and
+    adaptive rung: met serve --spec mtp); prompt-lookup; measured (the cost table's planner:
+    met serve --spec mtp --spec-cost-model measured). Each runs at every concurrency, interleaved over
+    the repeats; greedy outputs must be identical everywhere. Prints and writes the report with
+    PASS/FAIL for the issue's checks (a FAIL there is a result, not an error: the status stays 0).
+
+    Exit statuses: 0 results written; 2 bad option value (or fewer held-out prompts here than
+    --prompts); 65 (EX_DATAERR) the cost table or calibration is missing or invalid; 66 (EX_NOINPUT)
+    the recipe's weights or the held-out files are missing; 69 (EX_UNAVAILABLE) the --energy source
+    does not work here; 70 (EX_SOFTWARE) greedy outputs differ between policies or concurrencies, or a
+    request failed (results are still written; each difference is named); 73 (EX_CANTCREAT) the results
+    could not be written; 78 (EX_CONFIG) the table or calibration was measured under another key.
+    """
+    base = QUICK if quick else DEFAULTS
+    names = _policy_names(policies_)
+    if energy not in ENERGY_CHOICES:
+        raise typer.BadParameter(f"{energy!r} is not one of {', '.join(ENERGY_CHOICES)}", param_hint="--energy")
+    device = device or default_device()
+    try:
+        if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"--device {device}: torch sees no CUDA device here; pass --device cpu")
+        settings = RunSettings(dtype or default_dtype(device), device, torch.get_num_threads())
+        box = box_class(device, box_class_)
+    except (RuntimeError, ValueError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+    concurrencies = _concurrencies(concurrency or base["concurrency"])
+    try:
+        model_recipe = embedded(recipe)
+    except RecipeError as exc:
+        raise _fail(EX_NOINPUT, f"error: {exc}") from None
+    count = prompts or base["prompts"]
+    texts = heldout_code(count, PROMPT_OFFSET, PROMPT_BYTES)
+    if not texts:
+        raise _fail(EX_NOINPUT, "error: the model card's corpus has no held-out files here long enough for prompts")
+    if len(texts) < count:
+        raise _fail(EX_USAGE, f"error: only {len(texts)} held-out code prompts are available here; "
+                    f"pass --prompts {len(texts)} or fewer")
+    longest = max(len(encode(t)) for t in texts)
+    if longest + 1 > model_recipe.config.max_seq_len:
+        raise _fail(EX_USAGE, f"error: a prompt of {longest} tokens does not fit the context of "
+                    f"{model_recipe.config.max_seq_len} of recipe {model_recipe.name}")
+    table_path = None
+    cost_state = None
+    if "measured" in names or table is not None:
+        table_path = table or default_table(box, model_recipe.name)
+        boot = MeasuredBoot(table_path, calibration or default_calibration(table_path), slack, energy, box_class_)
+        try:
+            cost_state = boot_measured(model_recipe, settings, boot)
+        except BootError as exc:
+            raise _fail(exc.code, *exc.lines) from None
+    pools = VerifyPools(DEFAULT_POOLS.tiers, lift_wide_tier=lift_wide_tier)
+    try:
+        factories = pol.policy_factories(names, model_recipe.config.mtp_depth, pools, cost_state, os.environ)
+        workload = pol.Workload(tuple(tuple(encode(t)) for t in texts), max_tokens or base["max_tokens"],
+                                concurrencies, repeats or base["repeats"])
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    model = model_recipe.load(getattr(torch, settings.dtype), settings.device)
+    load = os.getloadavg()
+    with Reporter(quiet) as reporter:
+        reporter.say(f"running {len(names)} policies x concurrency {','.join(map(str, concurrencies))} x "
+                     f"{workload.repeats} repeats: {len(texts)} prompts of {workload.max_tokens} tokens, "
+                     f"{model_recipe.id} on {settings.device} ({settings.dtype}, {settings.threads} threads)")
+        runs = pol.run_all(model, model_recipe.id, factories, workload,
+                           lambda done, total, label: reporter.step("runs", done, total, label))
+    rows = summarise(runs, cost_state.table if cost_state else None)
+    results = checks(rows)
+    problems = mismatches(runs)
+    meta = {
+        "command": _command(recipe, workload, names, table_path, calibration, slack, energy, box_class_,
+                            settings, lift_wide_tier, out_dir),
+        "argv": sys.argv, "when": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
+        "recipe": model_recipe.id,
+        "machine": {"box_class": box, "device": device_name(settings.device), "torch_device": settings.device,
+                    "dtype": settings.dtype, "threads": settings.threads, "cpu_count": os.cpu_count(),
+                    "load_average_at_start": [round(x, 2) for x in load], "torch": torch.__version__,
+                    "python": platform.python_version(), "met": __version__, "platform": platform.platform()},
+        "table": str(table_path) if table_path else None,
+        "calibration": str(calibration or default_calibration(table_path)) if table_path else None,
+        "energy_source": cost_state.table.key.energy_source if cost_state else None,
+        "slack": slack, "pools": f"{pools.tiers}, lift_wide_tier={pools.lift_wide_tier}",
+        "workload": {"prompts": len(texts), "max_tokens": workload.max_tokens,
+                     "concurrencies": list(concurrencies), "repeats": workload.repeats, "policies": names,
+                     "prompt_source": f"held-out stdlib files, {PROMPT_BYTES} bytes from the first line start "
+                                      f"after byte {PROMPT_OFFSET}"},
+    }
+    report = markdown(meta, rows, results, problems)
+    _write(out_dir, meta, report, document(meta, rows, results, runs, problems), rows)
+    typer.echo(report)
+    if problems:
+        lines = [f"error: greedy outputs differ in {len(problems)} request(s); speculation must never change "
+                 "greedy text:"] + [f"  {p.message()}" for p in problems[:10]]
+        if len(problems) > 10:
+            lines.append(f"  ... and {len(problems) - 10} more (all in {out_dir / OUT_NAMES[0]})")
+        raise _fail(EX_SOFTWARE, *lines)
+    raise typer.Exit(EX_OK)
+
+
+def _concurrencies(text: str) -> tuple[int, ...]:
+    try:
+        return parse_widths(text)
+    except typer.BadParameter as exc:
+        raise typer.BadParameter(exc.message.replace("1,2,4,8,16", "1,4,16"), param_hint="--concurrency") from None
+
+
+def _policy_names(text: str | None) -> list[str]:
+    if text is None:
+        return list(pol.POLICIES)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in pol.POLICIES]
+    if unknown or not names:
+        raise typer.BadParameter(f"{', '.join(unknown) or text!r} not among {', '.join(pol.POLICIES)}",
+                                 param_hint="--policies")
+    if len(set(names)) != len(names):
+        raise typer.BadParameter(f"{text!r} names a policy twice", param_hint="--policies")
+    return names
+
+
+def _command(recipe: str, workload: pol.Workload, names: list[str], table: Path | None, calibration: Path | None,
+             slack: float, energy: str, box_override: str | None, settings: RunSettings, lift: bool,
+             out_dir: Path) -> str:
+    """The command line that repeats this run, every option spelled out."""
+    args = ["met", "bench", "policies", "--recipe", recipe, "--prompts", str(len(workload.prompts)),
+            "--max-tokens", str(workload.max_tokens), "--concurrency", ",".join(map(str, workload.concurrencies)),
+            "--repeats", str(workload.repeats), "--policies", ",".join(names)]
+    if table is not None:
+        args += ["--table", str(table)]
+    if calibration is not None:
+        args += ["--calibration", str(calibration)]
+    args += ["--slack", f"{slack:g}", "--energy", energy]
+    if box_override:
+        args += ["--box-class", box_override]
+    args += ["--device", settings.device, "--dtype", settings.dtype]
+    if lift:
+        args.append("--lift-wide-tier")
+    return shlex.join([*args, "--out-dir", str(out_dir)])
+
+
+def _write(out_dir: Path, meta: dict, report: str, doc: dict, rows: list[Row]) -> None:
+    """The JSON, the markdown, then the PNG (only a warning without matplotlib)."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / OUT_NAMES[0]).write_text(json.dumps(doc, indent=1) + "\n")
+        (out_dir / OUT_NAMES[1]).write_text(report)
+    except OSError as exc:
+        raise _fail(EX_CANTCREAT, f"error: cannot write the results under {out_dir}: {exc}") from None
+    try:
+        plot(rows, f"tokens/s by concurrency: {meta['recipe']} on {meta['machine']['box_class']}",
+             out_dir / OUT_NAMES[2])
+    except PlotUnavailable as exc:
+        typer.echo(f"warning: no {OUT_NAMES[2]}: {exc}", err=True)
+    except OSError as exc:
+        raise _fail(EX_CANTCREAT, f"error: cannot write {out_dir / OUT_NAMES[2]}: {exc}") from None

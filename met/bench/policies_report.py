@@ -1,0 +1,210 @@
+"""`met bench policies`' figures: runs summarised per policy and concurrency, the issue's checks, JSON and markdown.
+
+Counting is met.bench.policies'; this module only derives figures from its runs and formats them.
+What each figure includes is said where it is made and repeated in the markdown's notes.
+"""
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from met.bench.policies import FIXED_DEPTHS, Run
+from met.bench.policies_identity import Mismatch
+from met.speculative.spec_cost import CostTable
+
+WITHIN_BEST = 0.97  # the planner's tokens/s at least this share of the best fixed depth's, at every concurrency
+AHEAD_OF_AVERAGE = 1.10  # ... and this many times the fixed depth that is best on average
+WIDTH1_SPEEDUP = 1.8  # ... and this many times speculation off at concurrency 1
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One policy at one concurrency over its repeats."""
+
+    policy: str
+    concurrency: int
+    repeats: int
+    tokens_per_s: float  # median over repeats of completion tokens / wall seconds
+    tokens_per_s_min: float
+    tokens_per_s_max: float
+    spread: float  # (max - min) / median over repeats
+    step_tokens_per_s: float  # median over repeats of tokens emitted by steps / their draft + verify seconds
+    joules_per_token: float | None  # priced from the table (see price); None: no energy in the table, or not priced
+    mean_accepted_length: float | None  # accepted drafts per sequence-step that verified a draft; bonus NOT counted
+    emitted_per_verify: float | None  # the same with the bonus counted: accepted drafts + 1
+    acceptance_at: tuple[float, ...]  # position i: share of drafts verified there with drafts 0..=i all accepted
+    steps: int  # decode/verify steps in all repeats
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One of the issue's checks: its statement, the figures, and whether they meet it."""
+
+    name: str
+    passed: bool | None  # None: a policy the check needs was not run
+    figures: str
+
+
+def price(run: Run, table: CostTable | None) -> float | None:
+    """Joules of a run's steps priced from the table; None without joules there or a step deeper than its kmax.
+
+    Each step costs its cell at (width, deepest drafts verified): verify joules, plus the MTP draft
+    joules for MTP steps. Prefill and host (prompt-lookup) drafting are not priced.
+    """
+    if table is None or not table.has_energy:
+        return None
+    joules = 0.0
+    for mode, width, k, count in run.steps:
+        if k > table.kmax:
+            return None
+        cell = table.cell(width, k)
+        joules += count * (cell.verify_j + (cell.draft_j if mode == "mtp" else 0.0))
+    return joules
+
+
+def summarise(runs: Sequence[Run], table: CostTable | None) -> list[Row]:
+    """A row per (policy, concurrency), in the runs' order."""
+    groups: dict[tuple[str, int], list[Run]] = {}
+    for run in runs:
+        groups.setdefault((run.policy, run.concurrency), []).append(run)
+    rows = []
+    for (policy, c), group in groups.items():
+        rates = [r.tokens / r.seconds for r in group]
+        median = statistics.median(rates)
+        priced = [price(r, table) for r in group]
+        tokens = sum(r.tokens for r in group)
+        jpt = sum(priced) / tokens if tokens and all(p is not None for p in priced) else None
+        verify = sum(r.verify_seq_steps for r in group)
+        depth = max((len(r.proposed_at) for r in group), default=0)
+        proposed = [sum(r.proposed_at[i] for r in group if i < len(r.proposed_at)) for i in range(depth)]
+        accepted = [sum(r.accepted_at[i] for r in group if i < len(r.accepted_at)) for i in range(depth)]
+        in_steps = statistics.median(r.step_tokens / r.step_seconds if r.step_seconds else 0.0 for r in group)
+        rows.append(Row(policy, c, len(group), median, min(rates), max(rates),
+                        (max(rates) - min(rates)) / median if median else 0.0, in_steps, jpt,
+                        sum(r.accepted for r in group) / verify if verify else None,
+                        sum(r.emitted_in_verify for r in group) / verify if verify else None,
+                        tuple(a / p for a, p in zip(accepted, proposed) if p),
+                        sum(n for r in group for *_, n in r.steps)))
+    return rows
+
+
+def _geomean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values and min(values) > 0 else 0.0
+
+
+def checks(rows: Sequence[Row]) -> list[Check]:
+    """The issue's three checks on median tokens/s, with the figures they were decided on."""
+    rate = {(r.policy, r.concurrency): r.tokens_per_s for r in rows}
+    concurrencies = sorted({r.concurrency for r in rows})
+    fixed = [f"fixed-{k}" for k in FIXED_DEPTHS if all((f"fixed-{k}", c) in rate for c in concurrencies)]
+    have_planner = all(("measured", c) in rate for c in concurrencies)
+    out = []
+
+    name = f"measured planner within {1 - WITHIN_BEST:.0%} of the best fixed depth at every concurrency"
+    if have_planner and fixed:
+        parts, ok = [], True
+        for c in concurrencies:
+            best = max(fixed, key=lambda f: rate[f, c])
+            ratio = rate["measured", c] / rate[best, c]
+            ok &= ratio >= WITHIN_BEST
+            parts.append(f"c={c}: {rate['measured', c]:.1f} vs {best} {rate[best, c]:.1f} tok/s = {ratio:.3f}")
+        out.append(Check(name, ok, f"{'; '.join(parts)} (needs >= {WITHIN_BEST})"))
+    else:
+        out.append(Check(name, None, "needs the measured planner and fixed depths at every concurrency"))
+
+    name = (f"measured planner >= {AHEAD_OF_AVERAGE - 1:.0%} ahead of the fixed depth best on average "
+            "(geometric mean of tokens/s over the concurrencies)")
+    if have_planner and fixed:
+        means = {f: _geomean([rate[f, c] for c in concurrencies]) for f in fixed}
+        best = max(fixed, key=lambda f: means[f])
+        planner = _geomean([rate["measured", c] for c in concurrencies])
+        ratio = planner / means[best]
+        each = ", ".join(f"c={c} {rate['measured', c] / rate[best, c]:.3f}" for c in concurrencies)
+        out.append(Check(name, ratio >= AHEAD_OF_AVERAGE,
+                         f"planner {planner:.1f} vs {best} {means[best]:.1f} tok/s = {ratio:.3f} (needs >= "
+                         f"{AHEAD_OF_AVERAGE}); per concurrency: {each}"))
+    else:
+        out.append(Check(name, None, "needs the measured planner and fixed depths at every concurrency"))
+
+    name = f"measured planner at concurrency 1 >= {WIDTH1_SPEEDUP}x speculation off"
+    if ("measured", 1) in rate and ("off", 1) in rate:
+        ratio = rate["measured", 1] / rate["off", 1]
+        out.append(Check(name, ratio >= WIDTH1_SPEEDUP, f"{rate['measured', 1]:.1f} vs {rate['off', 1]:.1f} tok/s "
+                         f"= {ratio:.2f}x (needs >= {WIDTH1_SPEEDUP}x)"))
+    else:
+        out.append(Check(name, None, "needs policies off and measured at concurrency 1"))
+    return out
+
+
+def verdict_lines(results: Sequence[Check]) -> list[str]:
+    """`PASS: ...`, `FAIL: ...` or `N/A: ...` per check, with its figures."""
+    word = {True: "PASS", False: "FAIL", None: "N/A"}
+    return [f"{word[c.passed]}: {c.name}: {c.figures}" for c in results]
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+def markdown(meta: dict, rows: Sequence[Row], results: Sequence[Check], problems: Sequence[Mismatch]) -> str:
+    """The report: where and how it was run, one table row per policy and concurrency, notes, the checks."""
+    off = {r.concurrency: r.tokens_per_s for r in rows if r.policy == "off"}
+    w = meta["workload"]
+    lines = [f"# met bench policies: {meta['recipe']} on {meta['machine']['box_class']}", "",
+             f"Command: `{meta['command']}`", "",
+             "Machine: " + ", ".join(f"{k} `{v}`" for k, v in meta["machine"].items()), "",
+             f"Table: `{meta['table'] or 'none'}` (energy source `{meta['energy_source'] or 'n/a'}`); "
+             f"calibration: `{meta['calibration'] or 'none'}`; when: {meta['when']}", "",
+             f"Workload: {w['prompts']} held-out code prompts ({w['prompt_source']}), {w['max_tokens']} tokens each, "
+             f"greedy; concurrency {', '.join(map(str, w['concurrencies']))}; {w['repeats']} repeats, policies "
+             f"interleaved; verify pools: {meta['pools']}.", "",
+             "| policy | concurrency | tok/s (median) | min..max | spread | vs off | tok/s in steps | J/token "
+             "| mean accepted length | emitted per verify | acceptance per position |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        vs_off = f"{r.tokens_per_s / off[r.concurrency]:.2f}x" if off.get(r.concurrency) else "n/a"
+        accept = " ".join(f"{a:.2f}" for a in r.acceptance_at) or "-"
+        lines.append(f"| {r.policy} | {r.concurrency} | {r.tokens_per_s:.1f} | {r.tokens_per_s_min:.1f}.."
+                     f"{r.tokens_per_s_max:.1f} | {r.spread:.1%} | {vs_off} | {r.step_tokens_per_s:.1f} | "
+                     f"{_fmt(r.joules_per_token, '.4g')} | "
+                     f"{_fmt(r.mean_accepted_length, '.2f')} | {_fmt(r.emitted_per_verify, '.2f')} | {accept} |")
+    lines += ["", "Notes:", "",
+              "- tok/s: completion tokens over wall seconds from the first submit to the last finish, through the "
+              "scheduler in-process (no HTTP), prefill and admission included; median over repeats; spread = "
+              "(max - min) / median. The checks use it.",
+              "- tok/s in steps: tokens emitted by decode/verify steps over those steps' draft + verify seconds "
+              "(no prefill, admission or streaming): what the steps alone deliver.",
+              "- J/token: " + (f"priced from the table ({meta['energy_source']} joules): each step at its width and "
+                               "deepest depth, verify joules plus MTP draft joules; prefill and host lookup drafting "
+                               "are not priced, so prompt-lookup's figure is a lower bound."
+                               if meta["energy_source"] not in (None, "none") else
+                               "n/a: the table was measured without an energy source (or no table was given)."),
+              "- mean accepted length: accepted drafts per sequence-step that verified at least one draft, the bonus "
+              "token NOT counted; emitted per verify counts it (accepted + 1).",
+              "- acceptance per position i: of sequence-steps that verified a draft at position i, the share whose "
+              "drafts 1..i were all accepted.",
+              "- fixed-k asks k drafts every step; the verify pools clamp it (widths 9..=16 verify one draft unless "
+              "the wide tier is lifted), as they clamp every policy in the serve.", "",
+              "Checks:", ""]
+    lines += [f"- {line}" for line in verdict_lines(results)]
+    lines += ["", "Greedy outputs identical across policies and concurrencies: "
+              + ("yes" if not problems else f"NO ({len(problems)} differ; first: {problems[0].message()})"), ""]
+    return "\n".join(lines)
+
+
+def document(meta: dict, rows: Sequence[Row], results: Sequence[Check], runs: Sequence[Run],
+             problems: Sequence[Mismatch]) -> dict:
+    """The JSON report: meta, rows, checks, every run's figures (not its texts) and any output mismatches."""
+    return {
+        "meta": meta,
+        "rows": [asdict(r) for r in rows],
+        "checks": [asdict(c) for c in results],
+        "outputs_identical": not problems,
+        "mismatches": [asdict(m) | {"message": m.message()} for m in problems],
+        "runs": [{"policy": r.policy, "concurrency": r.concurrency, "repeat": r.repeat, "tokens": r.tokens,
+                  "seconds": r.seconds, "proposed": r.proposed, "accepted": r.accepted,
+                  "verify_seq_steps": r.verify_seq_steps, "proposed_at": list(r.proposed_at),
+                  "accepted_at": list(r.accepted_at), "steps": [list(s) for s in r.steps],
+                  "step_tokens": r.step_tokens, "step_seconds": r.step_seconds} for r in runs],
+    }

@@ -1,0 +1,225 @@
+"""`met bench policies`: rows for every policy and concurrency, identical greedy outputs, a corrupting policy fails."""
+
+import json
+import random
+import re
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import met.bench.policies as pol
+import met.bench.policies_cli as policies_cli
+from met.bench.policies_identity import mismatches
+from met.bench.policies_report import checks, price, summarise
+from met.cli import app
+from met.engine.identity import MODES, RunSettings, mtp_drafter_key, serve_table_key
+from met.engine.policy_base import PlainPolicy
+from met.exit_codes import EX_CONFIG, EX_OK, EX_SOFTWARE
+from met.model.config import ModelConfig
+from met.model.transformer import Transformer
+from met.speculative.spec_capacity import DEFAULT_POOLS
+from met.speculative.spec_cost import (AcceptanceCalibration, Cell, CostTable, PositionPrior, SpecCostState,
+                                       TableKey)
+
+BOX = "test-box"
+CONCURRENCIES = (1, 4, 16)
+
+
+@pytest.fixture(scope="module")
+def model() -> Transformer:
+    """A random micro model in float64: batch shape and rounding cannot flip a greedy token."""
+    torch.manual_seed(0)
+    m = Transformer(ModelConfig.from_name("micro"))
+    for p in m.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    return m.double().eval()
+
+
+def _prompts(n: int, seed: int = 0) -> tuple[tuple[int, ...], ...]:
+    rng = random.Random(seed)
+    return tuple(tuple(rng.randrange(97, 105) for _ in range(rng.randrange(4, 30))) for _ in range(n))
+
+
+def _table(key: TableKey, joules: bool = False) -> CostTable:
+    """Verify cost grows with width and depth; the MTP draft costs a little per draft."""
+    return CostTable(key, [Cell(n, k, 0.01 + 0.001 * n + 0.002 * k * n, 0.001 * k,
+                                (1.0 + k) if joules else None, (0.1 * k) if joules else None)
+                           for n in (1, 4, 16) for k in range(5)])
+
+
+def _calibration(drafter) -> AcceptanceCalibration:
+    return AcceptanceCalibration(drafter, 0.6, 800, (), [PositionPrior(i, 0.8 - 0.1 * i, 200) for i in (1, 2, 3, 4)])
+
+
+def _state(key: TableKey, drafter, joules: bool = False) -> SpecCostState:
+    return SpecCostState(_table(key, joules), _calibration(drafter), 0.1, key, drafter)
+
+
+class Corrupting(PlainPolicy):
+    """A broken policy: it bumps every sequence's pending token, so the text drifts from plain greedy's."""
+
+    name = "broken"
+
+    def draft(self, runner, seqs, plan):
+        for s in seqs:
+            runner.seqs[s.slot].pending = (runner.seqs[s.slot].pending + 1) % 256
+        return super().draft(runner, seqs, plan)
+
+
+@pytest.fixture(scope="module")
+def runs(model):
+    # every policy at concurrency 1, 4 and 16 over 6 prompts, 2 repeats
+    key = TableKey(BOX, "micro@t", "none", {m: "0" * 16 for m in MODES})
+    drafter = mtp_drafter_key(type("R", (), {"name": "micro", "digest": "t"})())
+    factories = pol.policy_factories(pol.POLICIES, model.cfg.mtp_depth, DEFAULT_POOLS, _state(key, drafter), {})
+    workload = pol.Workload(_prompts(6), 12, CONCURRENCIES, 2)
+    return pol.run_all(model, "micro@t", factories, workload)
+
+
+def test_every_policy_and_concurrency_has_a_row(runs):
+    # 8 policies x 3 concurrencies, each over both repeats, with positive tokens/s
+    rows = summarise(runs, None)
+    assert {(r.policy, r.concurrency) for r in rows} == {(p, c) for p in pol.POLICIES for c in CONCURRENCIES}
+    assert all(r.repeats == 2 and r.tokens_per_s > 0 and r.step_tokens_per_s > r.tokens_per_s * 0.5
+               and r.joules_per_token is None for r in rows)
+    assert [r.policy for r in rows[:8]] == list(pol.POLICIES)  # interleaved order kept
+
+
+def test_greedy_outputs_are_identical_across_policies_and_concurrencies(runs):
+    # the engine's guarantee: no run differs from the first, by tokens or by text
+    assert mismatches(runs) == []
+    assert all(len(r.outputs) == 6 and all(o.tokens for o in r.outputs) for r in runs)
+
+
+def test_drafting_policies_draft_and_off_does_not(runs):
+    # off verifies nothing; fixed-4 at width 1 verifies up to 4 drafts per step; positions never exceed 4
+    rows = {(r.policy, r.concurrency): r for r in summarise(runs, None)}
+    assert rows["off", 1].mean_accepted_length is None and rows["off", 1].acceptance_at == ()
+    assert len(rows["fixed-4", 1].acceptance_at) == 4 and len(rows["fixed-1", 1].acceptance_at) == 1
+    fixed4 = next(r for r in runs if r.policy == "fixed-4" and r.concurrency == 1)
+    assert max(k for _, _, k, _ in fixed4.steps) == 4
+
+
+def test_pools_clamp_fixed_depths_at_wide_widths(model):
+    # 10 requests: fixed-4 verifies four drafts at width 4, one at width 10 (the default pools' wide tier)
+    factories = pol.policy_factories(["fixed-4"], model.cfg.mtp_depth, DEFAULT_POOLS, None, {})
+    narrow, wide = pol.run_all(model, "micro@t", factories, pol.Workload(_prompts(10, seed=2), 6, (4, 16), 1))
+    assert max(k for *_, k, _ in narrow.steps) == 4
+    deepest = {k for _, w, k, _ in wide.steps if w >= 9}
+    assert 1 in deepest and deepest <= {0, 1}  # 0: a request's last token leaves no room for a draft
+
+
+def test_a_corrupting_policy_is_named(model):
+    # off first (the reference), then a policy that changes the text: each mismatch names it and where
+    factories = {"off": PlainPolicy, "broken": Corrupting}
+    runs = pol.run_all(model, "micro@t", factories, pol.Workload(_prompts(3), 8, (1, 2), 1))
+    found = mismatches(runs)
+    assert found and {m.policy for m in found} == {"broken"}
+    assert re.fullmatch(r"policy broken at concurrency 1 \(repeat 1\), prompt \d: token \d+ is \d+ where off at "
+                        r"concurrency 1 gave \d+ \(8 vs 8 tokens\)", found[0].message())
+
+
+def test_energy_is_priced_from_the_table_when_it_has_joules(runs):
+    # a table with joules prices every step: verify joules, plus MTP draft joules on MTP steps
+    key = TableKey(BOX, "micro@t", "nvml", {m: "0" * 16 for m in MODES})
+    table = _table(key, joules=True)
+    off = next(r for r in runs if r.policy == "off" and r.concurrency == 1)
+    steps = sum(n for *_, n in off.steps)
+    assert price(off, table) == pytest.approx(steps * 1.0)  # plain steps: verify_j of k = 0 only
+    assert all(r.joules_per_token is not None for r in summarise(runs, table))
+
+
+def test_checks_report_the_figures_they_decide_on(runs):
+    # three checks, each PASS or FAIL (never silently skipped) with its ratios
+    results = checks(summarise(runs, None))
+    assert len(results) == 3 and all(c.passed is not None for c in results)
+    assert "c=16" in results[0].figures and "needs >= 1.8x" in results[2].figures
+    partial = checks([r for r in summarise(runs, None) if r.policy != "measured"])
+    assert all(c.passed is None for c in partial)
+
+
+# --- the command -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cli_env(monkeypatch, tmp_path, micro_recipe):
+    """The command on the micro recipe in float64, short prompts, and a matching hand-made table."""
+    monkeypatch.setattr(policies_cli, "embedded", lambda name: micro_recipe)
+    texts = ["def f(x):\n    return x + 1\n", "import os\nprint(os.getcwd())\n", "class A:\n    pass\n",
+             "for i in range(3):\n    print(i)\n"]
+    monkeypatch.setattr(policies_cli, "heldout_code", lambda count, offset, size: texts[:count])
+    settings = RunSettings("float64", "cpu", torch.get_num_threads())
+    key = serve_table_key(micro_recipe.id, micro_recipe.config, settings, "none", MODES, BOX)
+    table = tmp_path / "t.toml"
+    table.write_text(_table(key).to_toml())
+    (tmp_path / "t.calibration.toml").write_text(_calibration(mtp_drafter_key(micro_recipe)).to_toml())
+    return tmp_path, ["bench", "policies", "--quick", "--quiet", "--dtype", "float64", "--device", "cpu",
+                      "--box-class", BOX, "--energy", "none", "--table", str(table), "--out-dir",
+                      str(tmp_path / "out")]
+
+
+def test_cli_quick_writes_json_markdown_and_png(cli_env):
+    # exit 0; every policy x concurrency in the JSON; the command, machine and recipe in both reports
+    tmp_path, args = cli_env
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == EX_OK, result.output
+    doc = json.loads((tmp_path / "out" / "policies.json").read_text())
+    assert {(r["policy"], r["concurrency"]) for r in doc["rows"]} == {(p, c) for p in pol.POLICIES
+                                                                      for c in (1, 2, 4)}
+    assert doc["outputs_identical"] and doc["meta"]["recipe"].startswith("micro-random@")
+    assert doc["meta"]["command"].startswith("met bench policies --recipe")
+    md = (tmp_path / "out" / "policies.md").read_text()
+    assert "Command: `met bench policies" in md and "box_class `test-box`" in md and "Checks:" in md
+    assert "bonus token NOT counted" in md
+    if _has_matplotlib():
+        assert (tmp_path / "out" / "policies.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_fails_with_70_naming_the_policy_whose_output_differs(cli_env, monkeypatch):
+    # a corrupting policy injected into the factories: exit 70, the policy and the prompt named
+    tmp_path, args = cli_env
+    monkeypatch.setattr(pol, "policy_factories", lambda names, *a, **k: {"off": PlainPolicy, "broken": Corrupting})
+    result = CliRunner().invoke(app, [*args, "--policies", "off,fixed-1", "--concurrency", "1"])
+    assert result.exit_code == EX_SOFTWARE, result.output
+    assert "greedy outputs differ" in result.output and "policy broken at concurrency 1" in result.output
+    assert re.search(r"prompt \d: ", result.output)
+    assert not json.loads((tmp_path / "out" / "policies.json").read_text())["outputs_identical"]
+
+
+def test_cli_refuses_a_table_of_another_key_with_78(cli_env, micro_recipe):
+    # measured under another box class: the serve's refusal, the serve's status
+    tmp_path, args = cli_env
+    args = [a if a != BOX else "other-box" for a in args]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == EX_CONFIG, result.output
+    assert "box_class: table has 'test-box', this serve has 'other-box'" in result.output
+
+
+def test_cli_bad_options_exit_2(cli_env):
+    # an unknown policy, a bad concurrency list, an unknown energy source: usage errors naming the option
+    _, args = cli_env
+    r = CliRunner().invoke(app, [*args, "--policies", "off,eagle"])
+    assert r.exit_code == 2 and "eagle" in r.output and "--policies" in r.output
+    r = CliRunner().invoke(app, [*args, "--concurrency", "1,x"])
+    assert r.exit_code == 2 and "--concurrency" in r.output
+    r = CliRunner().invoke(app, [*args, "--energy", "watts"])
+    assert r.exit_code == 2 and "--energy" in r.output
+
+
+def test_cli_help_lists_the_exit_statuses():
+    # every status the command can end with is documented in --help
+    result = CliRunner().invoke(app, ["bench", "policies", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    for status in ("0 results written", "2 bad option", "65 (EX_DATAERR)", "66 (EX_NOINPUT)", "69 (EX_UNAVAILABLE)",
+                   "70 (EX_SOFTWARE)", "73 (EX_CANTCREAT)", "78 (EX_CONFIG)"):
+        assert status in text
+
+
+def _has_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
