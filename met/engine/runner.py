@@ -23,6 +23,8 @@ class Sampling:
             raise ValueError(f"temperature must be in [0, 100], got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.seed is not None and not -(1 << 63) <= self.seed < 1 << 64:  # what torch.Generator takes
+            raise ValueError(f"seed must be a whole number from -2**63 to 2**64 - 1, got {self.seed}")
 
     @property
     def greedy(self) -> bool:

@@ -16,26 +16,29 @@ class CacheContext:
 
     cache: KVCache
     slots: torch.Tensor  # [B] cache slot of each row
-    pos: torch.Tensor  # [B, T] absolute position of each token
+    pos: torch.Tensor  # [B, T] absolute position of each token (padding clamped into PAD_ROOM)
     upto: int  # keys read per slot: max(pos) + 1
     contiguous: bool  # slots are exactly 0..B-1, so reads are views
     mask: torch.Tensor  # [B, 1, T, upto] True where a query may attend
     full_rows: bool  # every row attends to all upto keys (one token per row, all at the same position)
     rows: torch.Tensor  # [B, T] slot of each token, for cache writes
-    write_pos: torch.Tensor  # [B, T] pos clamped into the cache (padding lands in PAD_ROOM)
+    write_pos: torch.Tensor  # [B, T] where each token's k, v are written: pos
 
     @classmethod
     def build(cls, cache: KVCache, slots: list[int], pos: torch.Tensor) -> "CacheContext":
         """Context for rows in slots whose tokens sit at positions pos ([B, T])."""
         device = cache.k.device
+        # Padding rows of a ragged batch may sit past the cache's end (an MTP catch-up pads every row to
+        # the longest one's rows, far beyond PAD_ROOM for a row deep in its context): clamp them into
+        # PAD_ROOM for the rope lookup, the mask and the writes alike. Real rows never reach PAD_ROOM.
+        pos = pos.clamp(max=cache.k.shape[2] - 1)
         upto = min(int(pos.max()) + 1, cache.k.shape[2])
         keys = torch.arange(upto, device=device)
         mask = (keys[None, None, :] <= pos[:, :, None])[:, None]  # causal over each row's own positions
         contiguous = slots == list(range(len(slots)))
         full_rows = pos.shape[1] == 1 and bool((pos == upto - 1).all())
         slot_t = torch.tensor(slots, device=device)
-        write_pos = pos.clamp(max=cache.k.shape[2] - 1)
-        return cls(cache, slot_t, pos, upto, contiguous, mask, full_rows, slot_t[:, None].expand_as(pos), write_pos)
+        return cls(cache, slot_t, pos, upto, contiguous, mask, full_rows, slot_t[:, None].expand_as(pos), pos)
 
 
 class RMSNorm(nn.Module):

@@ -126,3 +126,33 @@ def test_prefill_rejects_prompts_that_do_not_fit(model):
     # a prompt longer than the context is refused with the sizes named
     with pytest.raises(ValueError, match="does not fit"):
         ModelRunner(model, 1, max_len=16).prefill([0], [[1] * 16], [Sampling()])
+
+
+def test_sampling_refuses_a_seed_torch_cannot_take():
+    # a seed outside what torch.Generator takes is refused when the request is made, not in the batch's prefill
+    assert Sampling(1.0, seed=(1 << 64) - 1).seed == (1 << 64) - 1 and Sampling(1.0, seed=-(1 << 63)).seed < 0
+    for seed in (1 << 64, -(1 << 63) - 1, 10**30):
+        with pytest.raises(ValueError, match="seed must be a whole number from -2\\*\\*63 to 2\\*\\*64 - 1"):
+            Sampling(1.0, seed=seed)
+
+
+def test_mtp_catch_up_beside_a_deep_sequence_drafts_as_each_alone(model):
+    # a sequence 100 tokens deep drafts in the same step as a newly admitted 100-token prompt: the MTP
+    # catch-up pads every row to the longest, so the deep row's padding runs past the end of the context
+    # (an IndexError in the rope lookup, which failed the whole step); each row drafts as it would alone
+    rng = random.Random(9)
+    deep, new = [[rng.randrange(256) for _ in range(100)] for _ in range(2)]
+
+    def deep_runner(max_batch: int) -> ModelRunner:
+        r = ModelRunner(model, max_batch)
+        r.prefill([0], [deep], [Sampling()])
+        r.verify([0], r.draft_mtp([0], [2]))
+        return r
+
+    batch = deep_runner(2)
+    batch.prefill([1], [new], [Sampling()])
+    together = batch.draft_mtp([0, 1], [2, 2])
+    alone_new = ModelRunner(model, 1)
+    alone_new.prefill([0], [new], [Sampling()])
+    for got, want in zip(together, [deep_runner(1).draft_mtp([0], [2])[0], alone_new.draft_mtp([0], [2])[0]]):
+        assert got.tokens == want.tokens and got.confidences == pytest.approx(want.confidences, abs=1e-9)

@@ -86,6 +86,7 @@ def test_bad_requests_get_their_4xx_and_never_reach_the_scheduler(model):
         (good | {"temperature": 7}, "k1", 422, "temperature"),  # out of range
         (good | {"prompt": ""}, "k1", 422, "prompt"),  # empty prompt
         (good | {"logprobs": 2}, "k1", 422, "logprobs"),  # unsupported field
+        (good | {"temperature": 0.5, "seed": 2**64}, "k1", 422, "seed"),  # a seed torch cannot take (was a 500)
         (good | {"model": "gpt-4"}, "k1", 404, "gpt-4"),  # unknown model
         (good | {"prompt": "x" * 200}, "k1", 413, "200 tokens"),  # longer than the context (128)
         (good | {"max_tokens": 127}, "k1", 400, "at most 126"),  # prompt + max_tokens over the context
