@@ -20,11 +20,11 @@ from met.bench import calibrate as cal
 from met.bench.meters import ENERGY_CHOICES, EnergyReadError, EnergyUnavailable, Meter, open_meter
 from met.bench.progress import Reporter
 from met.bench.sweep import QUICK, SweepParams, check_fits, measure
-from met.bench.table_files import (LockHeld, TableLock, changes, read_existing, remove_stale_temps,
+from met.bench.table_files import (LockHeld, TableLock, Unwritable, changes, read_existing, remove_stale_temps,
                                    write_atomic)
 from met.engine.identity import (RunSettings, box_class, default_device, default_dtype, device_name,
                                  mtp_drafter_key, serve_table_key)
-from met.exit_codes import EX_DATAERR, EX_NOINPUT, EX_OK, EX_TEMPFAIL, EX_UNAVAILABLE
+from met.exit_codes import EX_CANTCREAT, EX_DATAERR, EX_NOINPUT, EX_OK, EX_TEMPFAIL, EX_UNAVAILABLE
 from met.model.dflash import DflashDrafter, load_drafter, shipped_path
 from met.model.hf_config import CheckpointError
 from met.model.recipes import DEFAULT_RECIPE, Recipe, RecipeError, embedded
@@ -142,7 +142,9 @@ def spec_cost(
     table did not validate, or the checkpoint folder cannot be loaded (unsupported architecture);
     66 (EX_NOINPUT) the recipe's weights, the folder or the calibration prompts are missing;
     69 (EX_UNAVAILABLE) the energy source asked for does not work here (the reason is printed);
-    75 (EX_TEMPFAIL) another run holds the table's lock: nothing was touched, try later.
+    73 (EX_CANTCREAT) the table cannot be written there (--out is a folder, or its folder, lock file or
+    file cannot be created): the table there before is untouched; 75 (EX_TEMPFAIL) another run holds
+    the table's lock: nothing was touched, try later.
     """
     if drafter not in ("mtp", "dflash"):
         raise typer.BadParameter(f"{drafter!r} is not one of mtp, dflash", param_hint="--drafter")
@@ -180,6 +182,8 @@ def spec_cost(
             _run(request, reporter)
     except LockHeld as exc:
         _fail(EX_TEMPFAIL, str(exc))
+    except Unwritable as exc:
+        _fail(EX_CANTCREAT, f"{exc}; nothing was measured")
     except Refusal as exc:
         _fail(exc.code, str(exc))
     raise typer.Exit(EX_OK)
@@ -272,10 +276,14 @@ def _write(path: Path, table: CostTable, calibration: AcceptanceCalibration | No
     """Both files, atomically (the calibration first), then what changed against the table there before."""
     old = read_existing(path)
     remove_stale_temps(path)
-    if calibration is not None:
-        remove_stale_temps(calibration_path(path))
-        write_atomic(calibration_path(path), calibration.to_toml())
-    write_atomic(path, table.to_toml())
+    remove_stale_temps(calibration_path(path))  # also under --no-calibrate: a killed run's temp is ours to clear
+    try:
+        if calibration is not None:
+            write_atomic(calibration_path(path), calibration.to_toml())
+        write_atomic(path, table.to_toml())
+    except OSError as exc:
+        raise Refusal(EX_CANTCREAT, f"cannot write {exc.filename or path}: {exc.strerror or exc}; the table "
+                      "there before is untouched") from None
     if reporter.quiet:
         return
     for line in changes(old, table):

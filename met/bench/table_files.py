@@ -24,6 +24,10 @@ class LockHeld(Exception):
     """Another run holds the table's lock; the message names the lock file and its holder."""
 
 
+class Unwritable(Exception):
+    """The table cannot be written there: its path is a folder, or its folder or lock file cannot be created."""
+
+
 def lock_path(table: Path) -> Path:
     """The lock file beside a table: `x.toml` -> `x.toml.lock`."""
     return table.with_name(table.name + ".lock")
@@ -37,12 +41,18 @@ class TableLock:
     """
 
     def __init__(self, table: Path) -> None:
+        self.table = table
         self.path = lock_path(table)
         self._fd: int | None = None
 
     def __enter__(self) -> "TableLock":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        if self.table.is_dir():
+            raise Unwritable(f"{self.table} is a directory; pass the table's file path")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise Unwritable(f"cannot create the lock file {self.path}: {exc.strerror or exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
