@@ -1,0 +1,72 @@
+"""Hostile cost tables and calibrations: every mutation of a valid file is refused as documented, or is valid.
+
+Refused means TableParseError from the library (never another exception) and exit 65 with one line
+and no traceback from `met tables check --no-key`; a mutation that leaves a valid file (by the
+independent oracle in table_mutations.py) must be accepted by both. `benchmarks/soak.py --fuzz N`
+runs the same cases many more times.
+"""
+
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from table_mutations import mutations, valid_calibration, valid_table
+from table_oracle import cli, judge, oracle
+
+TABLE, CALIBRATION = valid_table(), valid_calibration()
+FUZZ = settings(max_examples=150, deadline=None, derandomize=True, database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory):
+    """One file path the cases are written to in turn (hypothesis runs the examples of a test one by one)."""
+    return tmp_path_factory.mktemp("fuzz") / "case.toml"
+
+
+def test_the_valid_files_are_valid(scratch):
+    # the starting points pass all three judges, and the oracle is not a constant
+    assert judge(scratch, TABLE) == "accepted" and judge(scratch, CALIBRATION) == "accepted"
+    assert not oracle(TABLE.replace(b"verify_s = 0.01\n", b"verify_s = -0.01\n", 1))
+    assert not oracle(CALIBRATION.replace(b"outcomes = 200", b"outcomes = 20", 1))
+
+
+@pytest.mark.parametrize("base", [TABLE, CALIBRATION], ids=["table", "calibration"])
+def test_truncation_at_every_byte(scratch, base):
+    # a write cut short anywhere (mid-line, mid-number, inside a multi-byte character): refused or valid
+    outcomes = Counter(judge(scratch, base[:end]) for end in range(len(base) + 1))
+    assert outcomes["accepted"] >= 2  # the whole file, and the file less its last newline
+    assert outcomes["refused: not UTF-8"] >= (2 if base is TABLE else 0)  # inside the "™" of the meta value
+    assert sum(outcomes.values()) == len(base) + 1
+
+
+@FUZZ
+@given(case=mutations(TABLE))
+def test_mutated_tables(scratch, case):
+    judge(scratch, case[1])
+
+
+@FUZZ
+@given(case=mutations(CALIBRATION))
+def test_mutated_calibrations(scratch, case):
+    judge(scratch, case[1])
+
+
+@pytest.mark.parametrize(("old", "new", "why"), [
+    (b"verify_s = 0.012", b"verify_s = nan", "cells[1].verify_s: nan is not a finite positive cost"),
+    (b"verify_s = 0.012", b"verify_s = -inf", "cells[1].verify_s: -inf is not a finite positive cost"),
+    (b"verify_j = 2.0", b"verify_j = 0", "cells[2].verify_j: 0 is not a finite positive cost"),
+    (b"n = 4", b"n = 1" + b"0" * 30, "cells[2].n: 1000000000000000000000000000000 is out of range"),
+    (b"verify_s = 0.04", b"verify_s = 1" + b"0" * 400, "cells[2].verify_s: an integer of 1329 bits is not a fini"),
+    (b"schema = 1", b"schema = 2", "schema: 2 is not a supported schema version"),
+    (b'recipe = "met-tiny-py@0e39"', b"recipe = " + b"[" * 5000 + b"]" * 5000, "not valid TOML"),
+    (b"\xe2\x84\xa2", b"\xe2\x84", "not UTF-8 text (byte 0xe2 at offset"),
+], ids=["nan", "-inf", "zero-joules", "huge-width", "huge-cost", "future-schema", "deep-nesting", "cut-utf8"])
+def test_named_mutations_say_what_is_wrong(scratch, old, new, why):
+    # a few of the fuzzed shapes, each with the message an operator reads
+    assert old in TABLE
+    outcome = judge(scratch, TABLE.replace(old, new, 1))
+    assert outcome.startswith("refused")
+
+    assert why in cli(scratch, TABLE.replace(old, new, 1))[1]
