@@ -6,11 +6,11 @@ depth; a draft is *judged* when every draft before it in its chain was accepted,
 draft gives one outcome (its top-1 log-prob, accepted or not, its 1-based position).
 """
 
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from met.engine.prompts import PromptError, read_jsonl_prompts
 from met.engine.runner import Draft, ModelRunner, Sampling
 from met.model.corpus import heldout_prompts
 from met.model.tokenizer import EOS, encode
@@ -18,14 +18,6 @@ from met.model.transformer import Transformer
 from met.speculative.spec_cost import AcceptanceCalibration, DrafterKey
 
 Outcome = tuple[float | None, bool, int]  # (drafter's top-1 log-prob, accepted, 1-based position)
-
-
-class PromptError(Exception):
-    """Calibration prompts that cannot be used; the message names the file and what is wrong."""
-
-
-class PromptsMissing(PromptError):
-    """The calibration prompts' file or folder does not exist."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,28 +48,7 @@ def read_prompts(path: Path, params: CalibrationParams) -> list[str]:
         if not prompts:
             raise PromptError(f"{path}: the folder holds no non-empty files to use as prompts")
         return prompts
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise PromptsMissing(f"{path}: no such file or folder") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PromptError(f"{path}: cannot be read as UTF-8 text ({exc})") from None
-    prompts = []
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise PromptError(f'{path}:{i}: not JSON ({exc.msg}); each line is a JSON string or {{"prompt": "..."}}, '
-                              "or pass a folder of text files") from None
-        text = item.get("prompt") if isinstance(item, dict) else item
-        if not isinstance(text, str) or not text:
-            raise PromptError(f'{path}:{i}: expected a non-empty string or {{"prompt": "..."}}')
-        prompts.append(text)
-    if not prompts:
-        raise PromptError(f"{path}: holds no prompts")
-    return prompts
+    return read_jsonl_prompts(path, hint=", or pass a folder of text files")
 
 
 def default_prompts(params: CalibrationParams) -> list[str]:

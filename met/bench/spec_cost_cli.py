@@ -24,6 +24,7 @@ from met.bench.table_files import (LockHeld, TableLock, Unwritable, changes, rea
                                    write_atomic)
 from met.engine.identity import (RunSettings, box_class, default_device, default_dtype, device_name,
                                  mtp_drafter_key, serve_table_key)
+from met.engine.prompts import PromptError, PromptsMissing
 from met.exit_codes import EX_CANTCREAT, EX_DATAERR, EX_NOINPUT, EX_OK, EX_TEMPFAIL, EX_UNAVAILABLE
 from met.model.dflash import DflashDrafter, load_drafter, shipped_path
 from met.model.hf_config import CheckpointError
@@ -327,9 +328,9 @@ def _without_drafter(req: Request, recipe: Recipe, params: SweepParams) -> Sweep
 def _prompts(path: Path | None, params: cal.CalibrationParams) -> list[str]:
     try:
         texts = cal.default_prompts(params) if path is None else cal.read_prompts(path, params)
-    except cal.PromptsMissing as exc:
+    except PromptsMissing as exc:
         raise Refusal(EX_NOINPUT, f"--calibration-prompts {exc}") from None
-    except cal.PromptError as exc:
+    except PromptError as exc:
         raise Refusal(EX_DATAERR, f"--calibration-prompts {exc}") from None
     if not texts:
         raise Refusal(EX_NOINPUT, "the model card's corpus has no held-out files here to calibrate on; "

@@ -8,6 +8,7 @@ import torch
 import typer
 
 from met.engine.generate import SPEC_MODES, Output, generate as run_generate
+from met.engine.prompts import PromptError, PromptsMissing, read_jsonl_prompts
 from met.engine.runner import ModelRunner, Sampling
 from met.exit_codes import EX_DATAERR, EX_NOINPUT
 from met.model.dflash import load_drafter, shipped_path
@@ -26,24 +27,11 @@ def _fail(message: str, code: int) -> typer.Exit:
 def read_prompts(path: Path) -> list[str]:
     """Prompts from a JSONL file: each line a JSON string or an object with a "prompt" string."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise _fail(f"cannot read {path}: {e}", EX_NOINPUT)
-    prompts = []
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise _fail(f"{path}:{i}: not JSON ({e.msg})", EX_DATAERR)
-        text = item.get("prompt") if isinstance(item, dict) else item
-        if not isinstance(text, str) or not text:
-            raise _fail(f'{path}:{i}: expected a non-empty string or {{"prompt": "..."}}', EX_DATAERR)
-        prompts.append(text)
-    if not prompts:
-        raise _fail(f"{path} holds no prompts", EX_DATAERR)
-    return prompts
+        return read_jsonl_prompts(path)
+    except PromptsMissing as e:
+        raise _fail(str(e), EX_NOINPUT)
+    except PromptError as e:
+        raise _fail(str(e), EX_DATAERR)
 
 
 def summary(o: Output, text: str) -> dict:

@@ -1,0 +1,38 @@
+"""Prompt files: JSON Lines of strings or {"prompt": ...} objects, read with errors that name the line."""
+
+import json
+from pathlib import Path
+
+
+class PromptError(Exception):
+    """Prompts that cannot be used; the message names the file (and line) and what is wrong."""
+
+
+class PromptsMissing(PromptError):
+    """The prompts' file or folder does not exist."""
+
+
+def read_jsonl_prompts(path: Path, hint: str = "") -> list[str]:
+    """Non-empty prompt strings from a JSON Lines file; hint is appended to a not-JSON message."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise PromptsMissing(f"{path}: no such file or folder") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PromptError(f"{path}: cannot be read as UTF-8 text ({exc})") from None
+    prompts = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise PromptError(f'{path}:{i}: not JSON ({exc.msg}); each line is a JSON string or {{"prompt": "..."}}'
+                              f"{hint}") from None
+        text = item.get("prompt") if isinstance(item, dict) else item
+        if not isinstance(text, str) or not text:
+            raise PromptError(f'{path}:{i}: expected a non-empty string or {{"prompt": "..."}}')
+        prompts.append(text)
+    if not prompts:
+        raise PromptError(f"{path}: holds no prompts")
+    return prompts
