@@ -23,3 +23,23 @@ def pytest_configure(config: pytest.Config) -> None:
     except ImportError:
         return
     torch.set_num_threads(1)
+
+
+@pytest.fixture
+def micro_embedded(tmp_path, monkeypatch):
+    """(model, recipe): a random micro model installed as the embedded recipe 'micro-t' in a temporary weights folder."""
+    from dataclasses import asdict
+
+    import torch
+
+    import met.model.recipes as recipes
+    from met.model.config import ModelConfig
+    from met.model.transformer import Transformer
+    from met.model.weights import save_weights, write_card
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.from_name("micro"))
+    digest = save_weights(model, tmp_path / "micro-t.safetensors")
+    write_card({"config": asdict(model.cfg), "digest": digest}, tmp_path / "micro-t.card.json")
+    monkeypatch.setattr(recipes, "WEIGHTS_DIR", tmp_path)
+    return model, recipes.embedded("micro-t")

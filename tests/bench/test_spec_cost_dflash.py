@@ -3,18 +3,14 @@
 from dataclasses import asdict, replace
 
 import pytest
-import torch
 from typer.testing import CliRunner
 
-import met.model.recipes as recipes
 from met.bench.spec_cost_cli import calibration_path
 from met.cli import app
 from met.engine.identity import RunSettings, plan_digests
 from met.exit_codes import EX_NOINPUT, EX_OK
 from met.model.config import ModelConfig
 from met.model.dflash import DflashConfig, DflashDrafter, save_drafter, shipped_path
-from met.model.transformer import Transformer
-from met.model.weights import save_weights, write_card
 from met.speculative.spec_cost import CostTable
 
 FAST = ["--recipe", "micro-t", "--widths", "1,2", "--max-depth", "2", "--context-len", "16", "--repeats", "1",
@@ -22,15 +18,10 @@ FAST = ["--recipe", "micro-t", "--widths", "1,2", "--max-depth", "2", "--context
 
 
 @pytest.fixture
-def micro(tmp_path, monkeypatch):
+def micro(micro_embedded, tmp_path, monkeypatch):
     """An embedded micro recipe in a temporary weights folder, with a random DFlash drafter beside it."""
-    torch.manual_seed(0)
-    model = Transformer(ModelConfig.from_name("micro"))
-    digest = save_weights(model, tmp_path / "micro-t.safetensors")
-    write_card({"config": asdict(model.cfg), "digest": digest}, tmp_path / "micro-t.card.json")
-    monkeypatch.setattr(recipes, "WEIGHTS_DIR", tmp_path)
+    model, recipe = micro_embedded
     monkeypatch.chdir(tmp_path)
-    recipe = recipes.embedded("micro-t")
     drafter = DflashDrafter(DflashConfig.for_target(model.cfg, block=4, ffn_dim=64))
     save_drafter(drafter, shipped_path(recipe), recipe.id)
     return recipe, drafter

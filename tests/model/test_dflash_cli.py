@@ -1,36 +1,25 @@
 """`met model train --drafter dflash`: trains against the frozen recipe and writes the drafter and its card."""
 
 import json
-from dataclasses import asdict
 
 import numpy as np
 import pytest
-import torch
 from typer.testing import CliRunner
 
 import met.engine.evaluate as evaluate
 import met.model.dflash_cli as dflash_cli
-import met.model.recipes as recipes
 from met.cli import app
-from met.model.config import ModelConfig
 from met.model.corpus import Split
 from met.model.dflash import load_drafter
-from met.model.transformer import Transformer
-from met.model.weights import save_weights, write_card
 
 
 @pytest.fixture
-def micro_recipe(tmp_path, monkeypatch):
+def micro_recipe(micro_embedded, monkeypatch):
     """An embedded micro recipe, a small corpus and two held-out prompts (no stdlib read)."""
-    torch.manual_seed(0)
-    model = Transformer(ModelConfig.from_name("micro"))
-    digest = save_weights(model, tmp_path / "micro-t.safetensors")
-    write_card({"config": asdict(model.cfg), "digest": digest}, tmp_path / "micro-t.card.json")
-    monkeypatch.setattr(recipes, "WEIGHTS_DIR", tmp_path)
     split = Split(np.random.default_rng(0).integers(97, 110, 3000).astype(np.uint16), ("x",))
     monkeypatch.setattr(dflash_cli, "load_split", lambda heldout: split)
     monkeypatch.setattr(evaluate, "heldout_prompts", lambda count, prompt_bytes: ["def f(x):\n    return x\n"] * 2)
-    return recipes.embedded("micro-t")
+    return micro_embedded[1]
 
 
 def test_train_dflash_writes_a_drafter_for_its_target_and_a_card(micro_recipe, tmp_path):

@@ -1,17 +1,12 @@
 """Boot under --spec-cost-model measured: every key mismatch exits 78 naming its field; bad files exit 65."""
 
-from dataclasses import asdict
 
 import pytest
 import torch
 from typer.testing import CliRunner
 
-import met.model.recipes as recipes
 from met.cli import app
 from met.engine.identity import MODES, RunSettings, mtp_drafter_key, serve_table_key
-from met.model.config import ModelConfig
-from met.model.transformer import Transformer
-from met.model.weights import save_weights, write_card
 from met.serve import boot
 from met.serve.boot import BootError, MeasuredBoot
 from met.speculative.spec_cost import (AcceptanceCalibration, Cell, CostTable, DrafterKey, PositionPrior,
@@ -21,14 +16,9 @@ BOX = "test-box"
 
 
 @pytest.fixture
-def recipe(tmp_path, monkeypatch):
+def recipe(micro_embedded):
     """An embedded recipe of a micro model, in a temporary weights folder."""
-    torch.manual_seed(0)
-    model = Transformer(ModelConfig.from_name("micro"))
-    digest = save_weights(model, tmp_path / "micro-t.safetensors")
-    write_card({"config": asdict(model.cfg), "digest": digest}, tmp_path / "micro-t.card.json")
-    monkeypatch.setattr(recipes, "WEIGHTS_DIR", tmp_path)
-    return recipes.embedded("micro-t")
+    return micro_embedded[1]
 
 
 def _settings() -> RunSettings:
