@@ -6,6 +6,7 @@ import torch
 from met.model.config import ModelConfig
 from met.model.hf_export import export_hf
 from met.model.kv_cache import KVCache
+from met.model.recipes import embedded
 from met.model.transformer import CacheContext, Transformer
 
 
@@ -17,10 +18,11 @@ def _random_model(preset: str = "micro", seed: int = 0) -> Transformer:
     return model.eval()
 
 
-def test_logits_match_transformers_llama(tmp_path):
-    # the same weights in transformers' LlamaForCausalLM give the same logits (GQA preset)
+@pytest.mark.parametrize("which", ["random-gqa", "shipped"])
+def test_logits_match_transformers_llama(tmp_path, which):
+    # the same weights in transformers' LlamaForCausalLM give the same logits: a random GQA model, the shipped recipe
     transformers = pytest.importorskip("transformers")
-    model = _random_model()
+    model = _random_model() if which == "random-gqa" else embedded().load()
     hf = transformers.LlamaForCausalLM.from_pretrained(export_hf(model, tmp_path)).eval()
     x = torch.randint(0, 256, (2, 40))
     with torch.no_grad():
