@@ -26,7 +26,7 @@ from met.bench.policies_report import Row, checks, document, markdown, summarise
 from met.bench.meters import ENERGY_CHOICES
 from met.bench.progress import Reporter
 from met.bench.spec_cost_cli import EX_USAGE, parse_widths
-from met.engine.identity import RunSettings, box_class, default_device, default_dtype, device_name
+from met.engine.identity import RunSettings, apply_threads, box_class, default_device, default_dtype, device_name
 from met.exit_codes import EX_CANTCREAT, EX_NOINPUT, EX_OK, EX_SOFTWARE
 from met.model.corpus import heldout_code
 from met.model.recipes import DEFAULT_RECIPE, RecipeError, embedded
@@ -124,7 +124,7 @@ def policies(
     try:
         if torch.device(device).type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"--device {device}: torch sees no CUDA device here; pass --device cpu")
-        settings = RunSettings(dtype or default_dtype(device), device, torch.get_num_threads())
+        settings = RunSettings(dtype or default_dtype(device), device, apply_threads(device))
         box = box_class(device, box_class_)
     except (RuntimeError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from None

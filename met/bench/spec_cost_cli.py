@@ -22,7 +22,7 @@ from met.bench.progress import Reporter
 from met.bench.sweep import QUICK, SweepParams, check_fits, measure
 from met.bench.table_files import (LockHeld, TableLock, Unwritable, changes, read_existing, remove_stale_temps,
                                    write_atomic)
-from met.engine.identity import (RunSettings, box_class, default_device, default_dtype, device_name,
+from met.engine.identity import (RunSettings, apply_threads, box_class, default_device, default_dtype, device_name,
                                  mtp_drafter_key, serve_table_key)
 from met.engine.prompts import PromptError, PromptsMissing
 from met.exit_codes import EX_CANTCREAT, EX_DATAERR, EX_NOINPUT, EX_OK, EX_TEMPFAIL, EX_UNAVAILABLE
@@ -164,7 +164,7 @@ def spec_cost(
                          max_depth=base.max_depth if max_depth is None else max_depth,
                          context_len=context_len or base.context_len, repeats=repeats or base.repeats,
                          window_s=window or base.window_s)
-        settings = RunSettings(dtype or default_dtype(device), device, torch.get_num_threads())
+        settings = RunSettings(dtype or default_dtype(device), device, apply_threads(device))
         box = box_class(device, box_class_)
     except (RuntimeError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from None

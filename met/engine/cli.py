@@ -8,6 +8,7 @@ import torch
 import typer
 
 from met.engine.generate import SPEC_MODES, Output, generate as run_generate
+from met.engine.identity import apply_threads
 from met.engine.prompts import PromptError, PromptsMissing, read_jsonl_prompts
 from met.engine.runner import ModelRunner, Sampling
 from met.exit_codes import EX_DATAERR, EX_NOINPUT
@@ -72,7 +73,7 @@ def generate(
         min=0, help="Context per sequence (0: the model's, at most 2048).")] = 0,
     dtype: Annotated[str, typer.Option(help="float32, float64 or bfloat16.")] = "float32",
     device: Annotated[str, typer.Option(help="Torch device.")] = "cpu",
-    threads: Annotated[int, typer.Option(min=0, help="torch CPU threads (0: torch's default).")] = 0,
+    threads: Annotated[int, typer.Option(min=0, help="torch CPU threads (0: the default, 1 on a CPU).")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per prompt.")] = False,
 ) -> None:
     """Generate text offline from --prompt or --prompts.
@@ -88,8 +89,7 @@ def generate(
     if dtype not in DTYPES:
         raise _fail(f"--dtype {dtype!r} is not one of {', '.join(DTYPES)}", 2)
     texts = [prompt] if prompt is not None else read_prompts(prompts)
-    if threads:
-        torch.set_num_threads(threads)
+    apply_threads(device, threads)
     try:
         r = resolve(model)
         if spec == "mtp" and r.config.mtp_depth == 0:

@@ -25,6 +25,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
+import torch
+
 from met.engine.policy_base import Outcome, Policy, StepPlan
 from met.engine.proposer import HOST_MODES, Proposer
 from met.engine.requests import Delta, Failed, Finished, Request, SeqState, Sink
@@ -103,7 +105,8 @@ class Scheduler:
         """Run the loop on a daemon thread."""
         if self._thread is not None:
             raise RuntimeError("the scheduler is already running")
-        self._thread = threading.Thread(target=self._loop, name="met-scheduler", daemon=True)
+        threads = torch.get_num_threads()  # the run's setting, which the key was built with
+        self._thread = threading.Thread(target=self._loop, args=(threads,), name="met-scheduler", daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float | None = None) -> bool:
@@ -117,7 +120,8 @@ class Scheduler:
 
     # --- the scheduler thread ----------------------------------------------------------------
 
-    def _loop(self) -> None:
+    def _loop(self, threads: int) -> None:
+        torch.set_num_threads(threads)  # OpenMP's thread count is per calling thread: set it on this one too
         while True:
             if not (self.running or self.waiting):
                 if self._draining and self._inbox.empty() and not self._early:

@@ -9,7 +9,8 @@ import torch
 import typer
 from rich.console import Console
 
-from met.engine.identity import RunSettings, box_class as derive_box_class, default_device, default_dtype
+from met.engine.identity import (RunSettings, apply_threads, box_class as derive_box_class, default_device,
+                                 default_dtype)
 from met.engine.policy import SERVE_SPECS, PolicyConfig
 from met.exit_codes import EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE
 from met.model.hf_config import CheckpointError
@@ -64,7 +65,7 @@ def serve(
         help="Torch device (default: cuda if available, else cpu).", show_default=False)] = None,
     dtype: Annotated[str | None, typer.Option(
         help="Model dtype (default: bfloat16 on cuda, float32 on cpu).", show_default=False)] = None,
-    threads: Annotated[int, typer.Option(min=0, help="torch CPU threads (0: torch's default, as the bench).")] = 0,
+    threads: Annotated[int, typer.Option(min=0, help="torch CPU threads (0: the default, as the bench: 1 on a CPU).")] = 0,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8000,
     api_key: Annotated[list[str] | None, typer.Option(
@@ -95,9 +96,8 @@ def serve(
     if energy not in ENERGY:
         raise typer.BadParameter(f"{energy!r} is not one of {', '.join(ENERGY)}", param_hint="--energy")
     keys = _keys(api_key or [], api_keys_file)
-    if threads:
-        torch.set_num_threads(threads)
     device = device or default_device()
+    apply_threads(device, threads)
     try:
         settings = RunSettings(dtype or default_dtype(device), device, torch.get_num_threads())
         box = derive_box_class(device, box_class)
