@@ -26,7 +26,7 @@ import openai
 import torch
 import uvicorn
 
-from met.engine.identity import RunSettings, box_class, default_device, default_dtype
+from met.engine.identity import RunSettings, apply_threads, box_class, default_device, default_dtype
 from met.engine.policy import PolicyConfig
 from met.model.corpus import heldout_code
 from met.model.recipes import DEFAULT_RECIPE, embedded
@@ -61,7 +61,7 @@ def main() -> int:
 
     recipe = embedded(args.recipe)
     device = args.device or default_device()
-    settings = RunSettings(args.dtype or default_dtype(device), device, torch.get_num_threads())
+    settings = RunSettings(args.dtype or default_dtype(device), device, apply_threads(device))
     box = box_class(device, args.box_class)
     table = args.table or default_table(box, recipe.name)
     try:

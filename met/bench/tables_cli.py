@@ -132,7 +132,8 @@ def key_mismatches(parsed: CostTable | AcceptanceCalibration, recipe: str, box_c
         return [DrafterMismatch("drafter", parsed.drafter, mine).message()]
     device = device or identity.default_device()
     try:
-        settings = identity.RunSettings(dtype or identity.default_dtype(device), device, torch_threads())
+        settings = identity.RunSettings(dtype or identity.default_dtype(device), device,
+                                        identity.default_threads(device))
         modes = [m for m in parsed.key.modes if m in identity.KNOWN_MODES]
         mine_key = identity.serve_table_key(found.id, found.config, settings, parsed.key.energy_source,
                                             modes or ["decode"], box_class)
@@ -142,13 +143,6 @@ def key_mismatches(parsed: CostTable | AcceptanceCalibration, recipe: str, box_c
     lines += [f"mode '{m}' is not one this met runs ({', '.join(identity.KNOWN_MODES)}); re-measure with this met"
               for m in parsed.key.modes if m not in identity.KNOWN_MODES]
     return lines
-
-
-def torch_threads() -> int:
-    """torch's intra-op thread count now (what a serve started from this shell would use)."""
-    import torch
-
-    return torch.get_num_threads()
 
 
 @tables_app.command("show")

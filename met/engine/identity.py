@@ -82,9 +82,14 @@ def apply_threads(device: str, threads: int = 0) -> int:
     scheduler thread (a worker thread with 2 intra-op threads ran MTP steps about 1.7x slower than
     with 1). On a GPU torch's default stands (threads there only feed kernel launches).
     """
-    n = threads or (1 if torch.device(device).type == "cpu" else torch.get_num_threads())
+    n = threads or default_threads(device)
     torch.set_num_threads(n)
     return n
+
+
+def default_threads(device: str) -> int:
+    """The intra-op thread count met runs with on device unless told (see apply_threads)."""
+    return 1 if torch.device(device).type == "cpu" else torch.get_num_threads()
 
 
 def default_dtype(device: str) -> str:
@@ -92,11 +97,11 @@ def default_dtype(device: str) -> str:
     return "bfloat16" if torch.device(device).type == "cuda" else "float32"
 
 
-def box_class(device: str = "cpu", override: str | None = None) -> str:
+def box_class(device: str = "cpu", override: str | None = None, threads: int | None = None) -> str:
     """The class of box a table is measured on: `nvidia-h200x1`, `cpu-amd-epyc-2t`, or the override.
 
     A GPU box is named by its device and how many of them it has; a CPU box by its CPU model and
-    torch's thread count (threads change CPU step costs more than anything else on the box).
+    thread count (threads, default torch's now, change CPU step costs more than anything else on the box).
     """
     if override is not None:
         if not _BOX_CLASS.fullmatch(override):
@@ -109,7 +114,7 @@ def box_class(device: str = "cpu", override: str | None = None) -> str:
         same = sum(torch.cuda.get_device_name(i) == name for i in range(torch.cuda.device_count()))
         return f"{_slug(name)}x{same}"[:64]
     if dev.type == "cpu":
-        return f"cpu-{_slug(cpu_model())}-{torch.get_num_threads()}t"[:64]
+        return f"cpu-{_slug(cpu_model())}-{threads or torch.get_num_threads()}t"[:64]
     return f"{dev.type}x1"
 
 
@@ -178,7 +183,7 @@ def serve_table_key(recipe_id: str, config: ModelConfig, settings: RunSettings, 
                     modes: Iterable[str] = MODES, box_class_override: str | None = None,
                     drafter: dict | None = None) -> TableKey:
     """The key a table must have to be used here: what the bench writes and the serve checks at boot."""
-    return TableKey(box_class(settings.device, box_class_override), recipe_id, energy_source,
+    return TableKey(box_class(settings.device, box_class_override, settings.threads), recipe_id, energy_source,
                     plan_digests(config, settings, modes, drafter))
 
 
