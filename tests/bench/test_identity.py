@@ -79,8 +79,10 @@ def test_serve_table_key_matches_itself_and_detects_threads():
     key = serve_table_key("micro@0", MICRO, s, "none")
     assert key.modes == ("decode", "draft_mtp", "verify")
     assert key.check(serve_table_key("micro@0", MICRO, s, "none")) == []
+    # another thread count is another CPU box class (cpu-...-1t) and another plan digest
     other = serve_table_key("micro@0", MICRO, dataclasses.replace(s, threads=1), "none", modes=("verify",))
-    assert [m.field for m in key.check(other)] == ["plan_digests.verify"]
+    assert [m.field for m in key.check(other)] == ["box_class", "plan_digests.verify"]
+    assert key.box_class.endswith("-2t") and other.box_class.endswith("-1t")
 
 
 def test_mtp_drafter_key():
