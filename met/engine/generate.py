@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from met.engine.proposer import NGRAM_MAX, SPEC_MODES, Proposer
 from met.engine.runner import Draft, ModelRunner, Sampling
+from met.engine.tick_counters import count_chain
 from met.model.tokenizer import EOS
 from met.speculative.dflash_rung import DflashRung
 
@@ -84,7 +85,7 @@ def generate(runner: ModelRunner, prompts: list[list[int]], max_tokens: int, spe
             o.accepted += r.accepted
             if rung is not None:
                 o.gammas.append(depth)
-            _count_positions(o, len(d.tokens), r.accepted)
+            count_chain(o.proposed_at, o.accepted_at, len(d.tokens), r.accepted)
             proposers[s].observe(len(d.tokens), r.accepted, r.tokens)
             if _emit(o, r.tokens, max_tokens, stop_at_eos, eos_ids) or runner.room(s) < 0:
                 runner.release(s)
@@ -95,15 +96,6 @@ def generate(runner: ModelRunner, prompts: list[list[int]], max_tokens: int, spe
     for o in outs:
         o.decode_s = decode_s
     return outs
-
-
-def _count_positions(o: Output, proposed: int, accepted: int) -> None:
-    while len(o.proposed_at) < proposed:
-        o.proposed_at.append(0)
-        o.accepted_at.append(0)
-    for j in range(proposed):
-        o.proposed_at[j] += 1
-        o.accepted_at[j] += j < accepted
 
 
 def _emit(o: Output, tokens: list[int], max_tokens: int, stop_at_eos: bool, eos_ids: Collection[int]) -> bool:

@@ -12,6 +12,15 @@ from dataclasses import dataclass, field
 RATE_WINDOW = 32  # steps in the recent tokens/s figure: long enough to smooth one slow step
 
 
+def count_chain(proposed_at: list[int], accepted_at: list[int], proposed: int, accepted: int) -> None:
+    """Add one chain to per-position counts: positions 1..proposed verified, 1..accepted all accepted."""
+    while len(proposed_at) < proposed:
+        proposed_at.append(0)
+        accepted_at.append(0)
+    for i in range(proposed):
+        proposed_at[i] += 1
+        accepted_at[i] += i < accepted
+
 @dataclass(slots=True)
 class TickCounters:
     """Per-position acceptance, finished requests by reason, failed ticks, recent rate and priced energy."""
@@ -26,12 +35,7 @@ class TickCounters:
 
     def record_chain(self, proposed: int, accepted: int) -> None:
         """One sequence-step that verified `proposed` drafts and accepted the first `accepted`."""
-        while len(self.proposed_at) < proposed:
-            self.proposed_at.append(0)
-            self.accepted_at.append(0)
-        for i in range(proposed):
-            self.proposed_at[i] += 1
-            self.accepted_at[i] += i < accepted
+        count_chain(self.proposed_at, self.accepted_at, proposed, accepted)
 
     def record_step(self, emitted: int, seconds: float, energy_j: float | None) -> None:
         """One step: tokens it emitted, its wall seconds, and its priced joules (None: not priced)."""
