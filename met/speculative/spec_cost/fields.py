@@ -30,14 +30,19 @@ def whole(value: object, field: str, lo: int, hi: int) -> int:
     return value
 
 
-def number(value: object, field: str) -> float:
-    """`value` as a finite float; ints are accepted (TOML writes `1` for one second)."""
+def _float(value: object, field: str) -> float:
+    """`value` as a float (inf for an int too large for one); a bool or a non-number is refused."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TableParseError(field, value, "is not a number")
     try:
-        result = float(value)
+        return float(value)
     except OverflowError:
-        result = math.inf
+        return math.inf
+
+
+def number(value: object, field: str) -> float:
+    """`value` as a finite float; ints are accepted (TOML writes `1` for one second)."""
+    result = _float(value, field)
     if not math.isfinite(result):
         raise TableParseError(field, value, "is not a finite number")
     return result
@@ -45,12 +50,7 @@ def number(value: object, field: str) -> float:
 
 def cost(value: object, field: str, *, zero: bool = False) -> float:
     """A measured cost: finite and positive, or exactly 0 where `zero` (no drafts at k = 0)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TableParseError(field, value, "is not a number")
-    try:
-        result = float(value)
-    except OverflowError:
-        result = math.inf
+    result = _float(value, field)
     if zero:
         if result != 0.0:
             raise TableParseError(field, value, "must be 0 at k = 0 (a plain decode step drafts nothing)")
