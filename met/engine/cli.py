@@ -99,7 +99,9 @@ def generate(
     except RecipeError as e:
         raise _fail(str(e), EX_DATAERR if isinstance(e, CheckpointError) else EX_NOINPUT)
     block = _block_drafter(drafter or shipped_path(r), r.id, DTYPES[dtype], device) if spec == "dflash" else None
-    runner = ModelRunner(net, max_batch=batch, max_len=context_len(r, max_len), dflash=block)
+    # a fixed policy other than mtp never drafts with the MTP block: skip keeping its catch-up rows
+    runner = ModelRunner(net, max_batch=batch, max_len=context_len(r, max_len), track_mtp=spec == "mtp",
+                         dflash=block)
     sampling = Sampling(temperature, top_p, seed)
     for start in range(0, len(texts), batch):
         chunk = texts[start : start + batch]
