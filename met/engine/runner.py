@@ -109,7 +109,7 @@ class ModelRunner:
         ctx = CacheContext.build(self.cache, slots, pos.to(self.device))
         h = self.model.hidden(tokens.to(self.device), ctx)  # [B, T, dim]
         last = h[torch.arange(len(slots)), torch.tensor(lens) - 1]  # [B, dim]
-        logits = self.model.logits(last)  # [B, V]
+        logits = self.model.logits_cached(last)  # [B, V]
         firsts = []
         for i, (slot, sampling) in enumerate(zip(slots, samplings)):
             gen = None
@@ -163,7 +163,7 @@ class ModelRunner:
             self.cache.mtp_lengths[s] = self.cache.lengths[s]
         idx = list(range(len(active)))  # rows of h still drafting
         for j in range(1, max(depths) + 1):
-            logits = self.model.mtp_logits(h)  # [B', V]
+            logits = self.model.mtp_logits_cached(h)  # [B', V]
             logp = torch.log_softmax(logits.double(), -1)
             top = logp.max(-1)
             tok_list = top.indices.tolist()
@@ -236,7 +236,7 @@ class ModelRunner:
         base = torch.tensor([self.cache.lengths[s] for s in slots])
         ctx = CacheContext.build(self.cache, slots, (base[:, None] + torch.arange(T)).to(self.device))
         h = self.model.hidden(tokens.to(self.device), ctx)  # [B, T, dim]
-        logits = self.model.logits(h)  # [B, T, V]
+        logits = self.model.logits_cached(h)  # [B, T, V]
         greedy_rows = logits.argmax(-1).tolist()
         margin = None
         if n == 1:

