@@ -181,11 +181,13 @@ class ModelRunner:
             keep = [b for b, row in enumerate(idx) if depths[active[row]] > j]
             if not keep:
                 break
-            idx = [idx[b] for b in keep]
+            if len(keep) < len(idx):
+                h = h[keep]
+                idx = [idx[b] for b in keep]
             pos = torch.tensor([[self.cache.lengths[act_slots[r]] + j - 1] for r in idx])  # [B', 1]
             tok = torch.tensor([[drafts[active[r]].tokens[-1]] for r in idx])  # [B', 1]
             ctx = CacheContext.build(self.cache, [act_slots[r] for r in idx], pos.to(self.device))
-            mh, _ = self.model.mtp_hidden(h[keep][:, None], tok.to(self.device), ctx)
+            mh, _ = self.model.mtp_hidden(h[:, None], tok.to(self.device), ctx)
             h = mh[:, 0]
         return drafts
 
@@ -240,8 +242,8 @@ class ModelRunner:
         greedy_rows = logits.argmax(-1).tolist()
         margin = None
         if n == 1:
-            top2 = torch.log_softmax(logits[0, 0].double(), -1).topk(2).values
-            margin = float(top2[0] - top2[1])
+            top2 = logits[0, 0].topk(2).values.tolist()  # a log-prob difference is the logits' difference
+            margin = top2[0] - top2[1]
         results = []
         for i, (slot, d) in enumerate(zip(slots, drafts)):
             seq = self.seqs[slot]

@@ -19,7 +19,7 @@ class CacheContext:
     pos: torch.Tensor  # [B, T] absolute position of each token (padding clamped into PAD_ROOM)
     upto: int  # keys read per slot: max(pos) + 1
     contiguous: bool  # slots are exactly 0..B-1, so reads are views
-    mask: torch.Tensor  # [B, 1, T, upto] True where a query may attend
+    mask: torch.Tensor | None  # [B, 1, T, upto] True where a query may attend; None: every query attends to all
     full_rows: bool  # every row attends to all upto keys (one token per row, all at the same position)
     rows: torch.Tensor  # [B, T] slot of each token, for cache writes
     write_pos: torch.Tensor  # [B, T] where each token's k, v are written: pos
@@ -32,11 +32,13 @@ class CacheContext:
         # the longest one's rows, far beyond PAD_ROOM for a row deep in its context): clamp them into
         # PAD_ROOM for the rope lookup, the mask and the writes alike. Real rows never reach PAD_ROOM.
         pos = pos.clamp(max=cache.positions - 1)
-        upto = min(int(pos.max()) + 1, cache.positions)
-        keys = torch.arange(upto, device=device)
-        mask = (keys[None, None, :] <= pos[:, :, None])[:, None]  # causal over each row's own positions
+        last = int(pos.max())
+        upto = last + 1
+        full_rows = pos.shape[1] == 1 and (pos.shape[0] == 1 or bool((pos == last).all()))
+        mask = None
+        if not full_rows:  # causal over each row's own positions
+            mask = (torch.arange(upto, device=device)[None, None, :] <= pos[:, :, None])[:, None]
         contiguous = slots == list(range(len(slots)))
-        full_rows = pos.shape[1] == 1 and bool((pos == upto - 1).all())
         slot_t = torch.tensor(slots, device=device)
         return cls(cache, slot_t, pos, upto, contiguous, mask, full_rows, slot_t[:, None].expand_as(pos), pos)
 
@@ -257,8 +259,7 @@ class Transformer(nn.Module):
         q, k, v = qk[:, :, :H], qk[:, :, H:], qkv[:, :, H + Hkv :]
         ctx.cache.write(index, ctx.rows, ctx.write_pos, k, v)
         keys, values = ctx.cache.read(index, ctx.slots, ctx.upto, ctx.contiguous)
-        mask = None if T == 1 and ctx.full_rows else ctx.mask
-        a = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask, enable_gqa=H != Hkv)
+        a = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=ctx.mask, enable_gqa=H != Hkv)
         x = x + _proj(a.transpose(1, 2).reshape(B, T, H * hd), f.wo, f.bo)
         gate, up = (_unit_rms(x, self._rms_floor) @ f.w13).chunk(2, -1)
         return x + (F.silu(gate) * up) @ f.w2
