@@ -17,6 +17,7 @@ from typing import Protocol
 import torch
 
 from met.model.config import ModelConfig
+from met.model.transformer import CACHED_PATH_VERSION
 from met.speculative.spec_cost import DrafterKey, TableKey
 
 MODES = ("decode", "verify", "draft_mtp")
@@ -46,6 +47,7 @@ class RunSettings:
     attention_impl: str = "sdpa"  # F.scaled_dot_product_attention, as met.model.transformer uses
     compile_setting: str = "eager"  # no torch.compile, no CUDA graphs
     verify_arms: tuple[int, ...] = ()  # depths the verify path is built for; () = any depth (eager)
+    cached_path: int = CACHED_PATH_VERSION  # the engine's packed, cached path (met.model.transformer)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", str(self.dtype).removeprefix("torch."))
@@ -152,7 +154,7 @@ def _slug(name: str) -> str:
 
 def plan_digest(mode: str, model_config: ModelConfig, dtype: str, device_name: str, torch_version: str,
                 threads: int, attention_impl: str, compile_setting: str, verify_arms: Iterable[int],
-                drafter: dict | None = None) -> str:
+                cached_path: int, drafter: dict | None = None) -> str:
     """sha256 (16 hex) of a canonical JSON of the mode and everything that changes its cost.
 
     drafter: the config of a drafter that is not part of the model (DFlash's, for draft_dflash).
@@ -162,7 +164,7 @@ def plan_digest(mode: str, model_config: ModelConfig, dtype: str, device_name: s
     doc = {"mode": mode, "model_config": model_config.identity(), "dtype": str(dtype).removeprefix("torch."),
            "device_name": device_name, "torch_version": torch_version, "threads": threads,
            "attention_impl": attention_impl, "compile_setting": compile_setting,
-           "verify_arms": sorted(set(verify_arms))}
+           "verify_arms": sorted(set(verify_arms)), "cached_path": cached_path}
     if drafter is not None:
         doc["drafter"] = drafter
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
@@ -175,7 +177,7 @@ def plan_digests(config: ModelConfig, settings: RunSettings, modes: Iterable[str
     name = device_name(settings.device)
     return {mode: plan_digest(mode, config, settings.dtype, name, torch.__version__, settings.threads,
                               settings.attention_impl, settings.compile_setting, settings.verify_arms,
-                              drafter if mode == "draft_dflash" else None)
+                              settings.cached_path, drafter if mode == "draft_dflash" else None)
             for mode in modes}
 
 

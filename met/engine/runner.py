@@ -59,6 +59,18 @@ class _Seq:
     last_h: torch.Tensor | None = None  # [dim] main hidden that predicted `pending` (kept for a DFlash drafter)
 
 
+# A sequence whose MTP block has more rows than this to catch up on (a prompt just prefilled) gets a
+# catch-up pass of its own: batched with the others, every row would be padded to its length (at
+# width 4 after a 256-token prompt, a 4 x 256 pass of which three quarters is padding).
+CATCHUP_SHARED_ROWS = 16
+
+
+def catchup_groups(rows: list[int]) -> list[list[int]]:
+    """Indices of `rows` in catch-up passes: every short catch-up in one, each long one (a prompt) alone."""
+    short = [b for b, r in enumerate(rows) if r <= CATCHUP_SHARED_ROWS]
+    return ([short] if short else []) + [[b] for b, r in enumerate(rows) if r > CATCHUP_SHARED_ROWS]
+
+
 class ModelRunner:
     """Runs steps for sequences that live in KV-cache slots 0..max_batch-1."""
 
@@ -138,7 +150,7 @@ class ModelRunner:
 
     @torch.inference_mode()
     def draft_mtp(self, slots: list[int], depths: list[int]) -> list[Draft]:
-        """MTP drafts: one catch-up pass over the rows the MTP block missed, then one pass per extra draft."""
+        """MTP drafts: catch-up passes over the rows the MTP block missed (`catchup_groups`), then one pass per extra draft."""
         drafts = [Draft([], []) for _ in slots]
         active = [i for i, d in enumerate(depths) if d > 0]
         if not active:
@@ -148,16 +160,16 @@ class ModelRunner:
         act_slots = [slots[i] for i in active]
         seqs = [self.seqs[s] for s in act_slots]
         rows = [len(s.catchup_tok) for s in seqs]
-        R = max(rows)
-        H = torch.zeros(len(active), R, self.model.cfg.dim, dtype=self.dtype, device=self.device)  # [B, R, dim]
-        toks = torch.zeros(len(active), R, dtype=torch.long)  # [B, R]
-        for b, seq in enumerate(seqs):
-            H[b, : rows[b]] = torch.stack(seq.catchup_h)
-            toks[b, : rows[b]] = torch.tensor(seq.catchup_tok)
-        start = torch.tensor([self.cache.mtp_lengths[s] for s in act_slots])
-        ctx = CacheContext.build(self.cache, act_slots, (start[:, None] + torch.arange(R)).to(self.device))
-        mh, _ = self.model.mtp_hidden(H, toks.to(self.device), ctx)
-        h = mh[torch.arange(len(active)), torch.tensor(rows) - 1]  # [B, dim] MTP hidden that predicts draft 1
+        groups = catchup_groups(rows)
+        if len(groups) == 1:
+            h = self._catch_up(act_slots, seqs, rows)  # [B, dim] MTP hidden that predicts draft 1
+        else:
+            last = [None] * len(active)
+            for group in groups:
+                mh = self._catch_up([act_slots[b] for b in group], [seqs[b] for b in group], [rows[b] for b in group])
+                for j, b in enumerate(group):
+                    last[b] = mh[j]
+            h = torch.stack(last)
         for s, seq in zip(act_slots, seqs):
             seq.catchup_h, seq.catchup_tok = [], []
             self.cache.mtp_lengths[s] = self.cache.lengths[s]
@@ -190,6 +202,19 @@ class ModelRunner:
             mh, _ = self.model.mtp_hidden(h[:, None], tok.to(self.device), ctx)
             h = mh[:, 0]
         return drafts
+
+    def _catch_up(self, slots: list[int], seqs: list[_Seq], rows: list[int]) -> torch.Tensor:
+        """One MTP pass over the main-model rows these sequences' MTP block missed; the last row's hidden of each."""
+        R = max(rows)
+        H = torch.zeros(len(slots), R, self.model.cfg.dim, dtype=self.dtype, device=self.device)  # [B, R, dim]
+        toks = torch.zeros(len(slots), R, dtype=torch.long)  # [B, R]
+        for b, seq in enumerate(seqs):
+            H[b, : rows[b]] = torch.stack(seq.catchup_h)
+            toks[b, : rows[b]] = torch.tensor(seq.catchup_tok)
+        start = torch.tensor([self.cache.mtp_lengths[s] for s in slots])
+        ctx = CacheContext.build(self.cache, slots, (start[:, None] + torch.arange(R)).to(self.device))
+        mh, _ = self.model.mtp_hidden(H, toks.to(self.device), ctx)
+        return mh[torch.arange(len(slots)), torch.tensor(rows) - 1]  # [B, dim]
 
     @torch.inference_mode()
     def draft_dflash(self, slots: list[int], gammas: list[int]) -> list[Draft]:

@@ -9,6 +9,11 @@ from torch import nn
 from met.model.config import ModelConfig
 from met.model.kv_cache import PAD_ROOM, KVCache
 
+# The version of the packed, cached inference path (fuse, _layer_cached, the cache layout). It is part of
+# every plan digest: bump it when that path's kernels or layouts change, so that cost tables measured on
+# the old path are refused rather than trusted. 2: head-major cache, norms folded into [in, out] weights.
+CACHED_PATH_VERSION = 2
+
 
 @dataclass
 class CacheContext:

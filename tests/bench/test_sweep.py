@@ -65,9 +65,9 @@ def test_params_sort_widths():
 
 
 def test_check_fits_names_the_limit(micro_model):
-    # micro's max_seq_len is 128: 125 + 1 + 2 + 1 = 129 tokens do not fit
+    # micro's max_seq_len is 128: 124 + 2 catch-up + 2 + 1 = 129 tokens do not fit
     with pytest.raises(ValueError, match="129 tokens exceed the model's max_seq_len 128; lower --context-len"):
-        check_fits(micro_model.cfg, SweepParams(context_len=125, max_depth=2))
+        check_fits(micro_model.cfg, SweepParams(context_len=124, max_depth=2))
 
 
 def test_fixture_restores_the_state_after_each_step(micro_model):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from met.engine.generate import generate
-from met.engine.runner import Draft, ModelRunner, Sampling
+from met.engine.runner import CATCHUP_SHARED_ROWS, Draft, ModelRunner, Sampling, catchup_groups
 from met.model.config import ModelConfig
 from met.model.transformer import Transformer
 
@@ -155,4 +155,37 @@ def test_mtp_catch_up_beside_a_deep_sequence_drafts_as_each_alone(model):
     alone_new = ModelRunner(model, 1)
     alone_new.prefill([0], [new], [Sampling()])
     for got, want in zip(together, [deep_runner(1).draft_mtp([0], [2])[0], alone_new.draft_mtp([0], [2])[0]]):
+        assert got.tokens == want.tokens and got.confidences == pytest.approx(want.confidences, abs=1e-9)
+
+
+def test_catch_up_groups_short_rows_together_and_each_prompt_alone():
+    # a just-prefilled prompt's catch-up is not padded onto the others' few rows
+    assert catchup_groups([3, 100, 1, 40]) == [[0, 2], [1], [3]]
+    assert catchup_groups([2, 2]) == [[0, 1]]
+    assert catchup_groups([CATCHUP_SHARED_ROWS + 1]) == [[0]]
+
+
+def test_mtp_drafts_keep_their_rows_when_a_prompt_catches_up_in_between(model):
+    # slots 0 and 2 are mid-generation, slot 1 was just prefilled: three catch-up shapes, two passes;
+    # every row's drafts are the ones it makes alone
+    rng = random.Random(11)
+    prompts = [[rng.randrange(256) for _ in range(n)] for n in (30, 60, 45)]
+
+    def warmed(slot_prompts: list[list[int]]) -> ModelRunner:
+        r = ModelRunner(model, len(slot_prompts))
+        slots = list(range(len(slot_prompts)))
+        r.prefill(slots, slot_prompts, [Sampling()] * len(slots))
+        r.verify(slots, r.draft_mtp(slots, [3] * len(slots)))
+        return r
+
+    batch = ModelRunner(model, 3)
+    batch.prefill([0, 2], [prompts[0], prompts[2]], [Sampling()] * 2)
+    batch.verify([0, 2], batch.draft_mtp([0, 2], [3, 3]))
+    batch.prefill([1], [prompts[1]], [Sampling()])
+    together = batch.draft_mtp([0, 1, 2], [3, 3, 3])
+    fresh = ModelRunner(model, 1)
+    fresh.prefill([0], [prompts[1]], [Sampling()])
+    alone = [warmed([prompts[0]]).draft_mtp([0], [3])[0], fresh.draft_mtp([0], [3])[0],
+             warmed([prompts[2]]).draft_mtp([0], [3])[0]]
+    for got, want in zip(together, alone):
         assert got.tokens == want.tokens and got.confidences == pytest.approx(want.confidences, abs=1e-9)
