@@ -11,8 +11,9 @@ from met.model.kv_cache import PAD_ROOM, KVCache
 
 # The version of the packed, cached inference path (fuse, _layer_cached, the cache layout). It is part of
 # every plan digest: bump it when that path's kernels or layouts change, so that cost tables measured on
-# the old path are refused rather than trusted. 2: head-major cache, norms folded into [in, out] weights.
-CACHED_PATH_VERSION = 2
+# the old path are refused rather than trusted. 2: head-major cache, norms folded into [in, out] weights;
+# 3: keys and values in one cache tensor, RoPE in place.
+CACHED_PATH_VERSION = 3
 
 
 @dataclass
@@ -32,7 +33,7 @@ class CacheContext:
     @classmethod
     def build(cls, cache: KVCache, slots: list[int], pos: torch.Tensor) -> "CacheContext":
         """Context for rows in slots whose tokens sit at positions pos ([B, T])."""
-        device = cache.k.device
+        device = cache.kv.device
         # Padding rows of a ragged batch may sit past the cache's end (an MTP catch-up pads every row to
         # the longest one's rows, far beyond PAD_ROOM for a row deep in its context): clamp them into
         # PAD_ROOM for the rope lookup, the mask and the writes alike. Real rows never reach PAD_ROOM.
@@ -99,7 +100,7 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
         gqa = self.n_heads != self.n_kv_heads
         if ctx is not None:
-            ctx.cache.write(layer, ctx.rows, ctx.write_pos, k, v)
+            ctx.cache.write(layer, ctx.rows, ctx.write_pos, torch.cat([k, v], 2))
             keys, values = ctx.cache.read(layer, ctx.slots, ctx.upto, ctx.contiguous)
             out = F.scaled_dot_product_attention(
                 q.transpose(1, 2), keys, values, attn_mask=ctx.mask, enable_gqa=gqa
@@ -260,9 +261,9 @@ class Transformer(nn.Module):
         H, Hkv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         qkv = _proj(_unit_rms(x, self._rms_floor), f.wqkv, f.bqkv).view(B, T, H + 2 * Hkv, hd)
         qk = qkv[:, :, : H + Hkv]
-        qk = qk * cos + qk.roll(hd // 2, -1) * sin  # RoPE on q and k at once
-        q, k, v = qk[:, :, :H], qk[:, :, H:], qkv[:, :, H + Hkv :]
-        ctx.cache.write(index, ctx.rows, ctx.write_pos, k, v)
+        torch.addcmul(qk * cos, qk.roll(hd // 2, -1), sin, out=qk)  # RoPE on q and k at once, in place
+        ctx.cache.write(index, ctx.rows, ctx.write_pos, qkv[:, :, H:])  # roped keys, then values
+        q = qkv[:, :, :H]
         keys, values = ctx.cache.read(index, ctx.slots, ctx.upto, ctx.contiguous)
         a = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=ctx.mask, enable_gqa=H != Hkv)
         x = x + _proj(a.transpose(1, 2).reshape(B, T, H * hd), f.wo, f.bo)
