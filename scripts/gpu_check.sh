@@ -2,9 +2,10 @@
 # GPU check of `met bench spec-cost`, in a few minutes on a fresh CUDA box with the repo copied onto it:
 #   1. install met from this checkout (offline-tolerant: no dependencies fetched) and check its imports;
 #   2. run the GPU tests (pytest -m gpu);
-#   3. run a short NVML sweep (plus the drafter's calibration) and check the table it writes.
+#   3. run a short NVML sweep (plus the drafter's calibration) and check the table it writes;
+#   4. run a short `met bench policies` on the GPU against that table (issue 7's ratios, with J/token).
 # Usage: scripts/gpu_check.sh [OUTDIR]   (default: tables/). Writes OUTDIR/<box_class>/met-tiny-py.toml,
-# its .calibration.toml, and OUTDIR/gpu_check.log. Exit status: 0 when every step passed, else 1
+# its .calibration.toml, OUTDIR/policies/ (the policies report, JSON and plot) and OUTDIR/gpu_check.log. Exit status: 0 when every step passed, else 1
 # (the log says which failed; every step runs even after a failure).
 set -u
 cd "$(dirname "$0")/.."
@@ -71,6 +72,12 @@ if [ -f "$TABLE" ]; then
     run met tables check "$TABLE" || failed+=("tables check")
     run met tables check "${TABLE%.toml}.calibration.toml" || failed+=("calibration check")
     run met tables show "$TABLE" --calibration "${TABLE%.toml}.calibration.toml" || true
+fi
+
+if [ -f "$TABLE" ] && [ -f "${TABLE%.toml}.calibration.toml" ]; then
+    say "policies on the GPU -> $OUTDIR/policies"
+    run timeout 300 met bench policies --device cuda --table "$TABLE" --energy auto --prompts 8 --max-tokens 64 \
+        --concurrency 1,4,16 --repeats 2 --out-dir "$OUTDIR/policies" || failed+=("policies")
 fi
 
 if [ "${#failed[@]}" -eq 0 ]; then
