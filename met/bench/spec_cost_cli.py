@@ -54,7 +54,9 @@ DepthOpt = Annotated[int | None, typer.Option(
     help="Deepest draft depth k; cells 0..=k (default: 4; --quick: 2; 0 for a model without an MTP module).",
     show_default=False)]
 ContextOpt = Annotated[int | None, typer.Option(
-    "--context-len", min=1, help="Tokens in each sequence's KV cache while timing (default: 256; --quick: 64).",
+    "--context-len", min=1,
+    help="Tokens in the first sequence's KV cache while timing; sequence i holds i fewer, a ragged batch "
+         "as a serve's (default: 256; --quick: 64).",
     show_default=False)]
 RepeatsOpt = Annotated[int | None, typer.Option(
     "--repeats", min=1, max=1000, help="Windows per cell; the figure is their median (default: 9; --quick: 3).",
