@@ -71,8 +71,15 @@ class KVCache:
         """
         self.kv[layer].transpose(1, 2).index_put_((rows, pos), kv)
 
-    def read(self, layer: int, slots: torch.Tensor, upto: int, contiguous: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values [B, n_kv_heads, upto, head_dim] of slots; contiguous slots 0..B-1 are views."""
-        kv = self.kv[layer, : slots.shape[0]] if contiguous else self.kv[layer, slots]
+    def read(self, layer: int, slots: torch.Tensor, upto: int, first: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values [B, n_kv_heads, upto, head_dim] of slots.
+
+        first: the first slot when slots are consecutive (first, first + 1, ...): the reads are views.
+        None: a gather, of the first upto positions only.
+        """
+        if first is not None:
+            kv = self.kv[layer, first : first + slots.shape[0], :, :upto]
+        else:
+            kv = self.kv[layer, slots, :, :upto]
         h = kv.shape[1] // 2
-        return kv[:, :h, :upto], kv[:, h:, :upto]
+        return kv[:, :h], kv[:, h:]

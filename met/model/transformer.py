@@ -24,7 +24,7 @@ class CacheContext:
     slots: torch.Tensor  # [B] cache slot of each row
     pos: torch.Tensor  # [B, T] absolute position of each token (padding clamped into PAD_ROOM)
     upto: int  # keys read per slot: max(pos) + 1
-    contiguous: bool  # slots are exactly 0..B-1, so reads are views
+    first: int | None  # the first slot when slots are consecutive (reads are views); None: reads gather
     mask: torch.Tensor | None  # [B, 1, T, upto] True where a query may attend; None: every query attends to all
     full_rows: bool  # every row attends to all upto keys (one token per row, all at the same position)
     rows: torch.Tensor  # [B, T] slot of each token, for cache writes
@@ -44,9 +44,9 @@ class CacheContext:
         mask = None
         if not full_rows:  # causal over each row's own positions
             mask = (torch.arange(upto, device=device)[None, None, :] <= pos[:, :, None])[:, None]
-        contiguous = slots == list(range(len(slots)))
+        first = slots[0] if slots == list(range(slots[0], slots[0] + len(slots))) else None
         slot_t = torch.tensor(slots, device=device)
-        return cls(cache, slot_t, pos, upto, contiguous, mask, full_rows, slot_t[:, None].expand_as(pos), pos)
+        return cls(cache, slot_t, pos, upto, first, mask, full_rows, slot_t[:, None].expand_as(pos), pos)
 
 
 class RMSNorm(nn.Module):
@@ -101,7 +101,7 @@ class Attention(nn.Module):
         gqa = self.n_heads != self.n_kv_heads
         if ctx is not None:
             ctx.cache.write(layer, ctx.rows, ctx.write_pos, torch.cat([k, v], 2))
-            keys, values = ctx.cache.read(layer, ctx.slots, ctx.upto, ctx.contiguous)
+            keys, values = ctx.cache.read(layer, ctx.slots, ctx.upto, ctx.first)
             out = F.scaled_dot_product_attention(
                 q.transpose(1, 2), keys, values, attn_mask=ctx.mask, enable_gqa=gqa
             )
@@ -264,7 +264,7 @@ class Transformer(nn.Module):
         torch.addcmul(qk * cos, qk.roll(hd // 2, -1), sin, out=qk)  # RoPE on q and k at once, in place
         ctx.cache.write(index, ctx.rows, ctx.write_pos, qkv[:, :, H:])  # roped keys, then values
         q = qkv[:, :, :H]
-        keys, values = ctx.cache.read(index, ctx.slots, ctx.upto, ctx.contiguous)
+        keys, values = ctx.cache.read(index, ctx.slots, ctx.upto, ctx.first)
         a = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=ctx.mask, enable_gqa=H != Hkv)
         x = x + _proj(a.transpose(1, 2).reshape(B, T, H * hd), f.wo, f.bo)
         gate, up = (_unit_rms(x, self._rms_floor) @ f.w13).chunk(2, -1)
