@@ -70,6 +70,8 @@ class AcceptanceCalibration:
     bins: tuple[ConfidenceBin, ...] | Iterable[ConfidenceBin] = ()
     position_priors: tuple[PositionPrior, ...] | Iterable[PositionPrior] = ()
     meta: Mapping[str, object] = field(default_factory=dict)
+    _uppers: list[float] = field(init=False, repr=False, compare=False)  # the bins' uppers, for bisect
+    _positions: list[int] = field(init=False, repr=False, compare=False)  # the priors' positions, for bisect
 
     def __post_init__(self) -> None:
         if not isinstance(self.drafter, DrafterKey):
@@ -102,6 +104,8 @@ class AcceptanceCalibration:
         object.__setattr__(self, "bins", bins)
         object.__setattr__(self, "position_priors", priors)
         object.__setattr__(self, "meta", MappingProxyType(fields.meta(self.meta)))
+        object.__setattr__(self, "_uppers", [b.upper for b in bins])
+        object.__setattr__(self, "_positions", [p.position for p in priors])
 
     @classmethod
     def fit(cls, outcomes: Iterable[tuple[float | None, bool, int]], drafter: DrafterKey,
@@ -137,10 +141,9 @@ class AcceptanceCalibration:
         if confidence is not None and self.bins:
             if not confidence <= ROUNDING:  # also refuses NaN
                 raise ValueError(f"confidence {confidence!r} is not a log-probability (<= 0); pass log p, not p")
-            i = bisect_left([b.upper for b in self.bins], confidence)
+            i = bisect_left(self._uppers, confidence)
             return self.bins[min(i, len(self.bins) - 1)].p_accept
-        positions = [p.position for p in self.position_priors]
-        i = bisect_left(positions, position + 1) - 1  # the prior at position, else the deepest before it
+        i = bisect_left(self._positions, position + 1) - 1  # the prior at position, else the deepest before it
         return self.position_priors[i].p_accept if i >= 0 else self.p_overall
 
     def expected_accepted(self, chain: Sequence[float | None]) -> float:

@@ -79,6 +79,7 @@ class CostTable:
     cells: tuple[Cell, ...] | Iterable[Cell]
     meta: Mapping[str, object] = field(default_factory=dict)
     _index: dict[tuple[int, int], Cell] = field(init=False, repr=False, compare=False)
+    _widths: tuple[int, ...] = field(init=False, repr=False, compare=False)  # the planner asks every step
 
     def __post_init__(self) -> None:
         if not isinstance(self.key, TableKey):
@@ -104,16 +105,17 @@ class CostTable:
         object.__setattr__(self, "cells", tuple(sorted(cells, key=lambda c: (c.n, c.k))))
         object.__setattr__(self, "meta", MappingProxyType(fields.meta(self.meta)))
         object.__setattr__(self, "_index", {(c.n, c.k): c for c in self.cells})
+        object.__setattr__(self, "_widths", tuple(sorted({c.n for c in self.cells})))
 
     @property
     def widths(self) -> tuple[int, ...]:
         """The measured widths, ascending."""
-        return tuple(sorted({c.n for c in self.cells}))
+        return self._widths
 
     @property
     def kmax(self) -> int:
         """The deepest measured depth (every width has cells 0..=kmax)."""
-        return max(c.k for c in self.cells)
+        return self.cells[-1].k  # cells are sorted by (n, k), and every width has the same depths
 
     @property
     def has_energy(self) -> bool:
