@@ -25,6 +25,14 @@ def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(1)
 
 
+@pytest.fixture(scope="module")
+def model():
+    """A random micro model in float64 (random_models.micro_model), one per test module."""
+    from random_models import micro_model
+
+    return micro_model()
+
+
 @pytest.fixture
 def micro_embedded(tmp_path, monkeypatch):
     """(model, recipe): a random micro model installed as the embedded recipe 'micro-t' in a temporary weights folder."""

@@ -16,8 +16,6 @@ from met.cli import app
 from met.engine.identity import MODES, RunSettings, mtp_drafter_key, serve_table_key
 from met.engine.policy_base import PlainPolicy
 from met.exit_codes import EX_CONFIG, EX_OK, EX_SOFTWARE
-from met.model.config import ModelConfig
-from met.model.transformer import Transformer
 from met.speculative.spec_capacity import DEFAULT_POOLS
 from met.speculative.spec_cost import (AcceptanceCalibration, Cell, CostTable, PositionPrior, SpecCostState,
                                        TableKey)
@@ -26,14 +24,6 @@ BOX = "test-box"
 CONCURRENCIES = (1, 4, 16)
 
 
-@pytest.fixture(scope="module")
-def model() -> Transformer:
-    """A random micro model in float64: batch shape and rounding cannot flip a greedy token."""
-    torch.manual_seed(0)
-    m = Transformer(ModelConfig.from_name("micro"))
-    for p in m.parameters():
-        torch.nn.init.normal_(p, std=0.3)
-    return m.double().eval()
 
 
 def _prompts(n: int, seed: int = 0) -> tuple[tuple[int, ...], ...]:

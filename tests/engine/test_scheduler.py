@@ -4,7 +4,6 @@ import random
 from types import SimpleNamespace
 
 import pytest
-import torch
 
 from met.engine.generate import generate
 from met.engine.policy import PolicyConfig, build_policy
@@ -12,18 +11,8 @@ from met.engine.policy_base import PlainPolicy
 from met.engine.requests import Failed, Finished, QueueSink, Request
 from met.engine.runner import ModelRunner, Sampling, VerifyResult
 from met.engine.scheduler import Draining, Scheduler
-from met.model.config import ModelConfig
 from met.model.tokenizer import EOS, decode, encode
-from met.model.transformer import Transformer
 
-
-@pytest.fixture(scope="module")
-def model() -> Transformer:
-    torch.manual_seed(0)
-    m = Transformer(ModelConfig.from_name("micro"))
-    for p in m.parameters():
-        torch.nn.init.normal_(p, std=0.3)
-    return m.double().eval()  # float64: batch shape cannot flip a greedy token
 
 
 def _prompts(n: int, seed: int = 0) -> list[list[int]]:

@@ -4,20 +4,17 @@ import numpy as np
 import pytest
 import torch
 
-from met.model.config import ModelConfig
 from met.model.corpus import Split
 from met.model.dflash import DflashConfig, DflashDrafter, load_drafter, save_drafter
 from met.model.dflash_train import DflashTrainParams, block_losses, train_dflash
 from met.model.transformer import Transformer
 
+from random_models import random_micro
+
 
 @pytest.fixture(scope="module")
 def target() -> Transformer:
-    torch.manual_seed(0)
-    m = Transformer(ModelConfig.from_name("micro"))
-    for p in m.parameters():
-        torch.nn.init.normal_(p, std=0.3)
-    return m.eval()
+    return random_micro()
 
 
 def _drafter(target: Transformer, block: int = 8) -> DflashDrafter:

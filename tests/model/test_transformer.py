@@ -7,22 +7,16 @@ from met.model.config import ModelConfig
 from met.model.hf_export import export_hf
 from met.model.kv_cache import KVCache
 from met.model.recipes import embedded
-from met.model.transformer import CacheContext, Transformer
+from met.model.transformer import CacheContext
 
-
-def _random_model(preset: str = "micro", seed: int = 0) -> Transformer:
-    torch.manual_seed(seed)
-    model = Transformer(ModelConfig.from_name(preset))
-    for p in model.parameters():  # default init is too tame to tell layouts apart
-        torch.nn.init.normal_(p, std=0.3)
-    return model.eval()
+from random_models import random_micro
 
 
 @pytest.mark.parametrize("which", ["random-gqa", "shipped"])
 def test_logits_match_transformers_llama(tmp_path, which):
     # the same weights in transformers' LlamaForCausalLM give the same logits: a random GQA model, the shipped recipe
     transformers = pytest.importorskip("transformers")
-    model = _random_model() if which == "random-gqa" else embedded().load()
+    model = random_micro() if which == "random-gqa" else embedded().load()
     hf = transformers.LlamaForCausalLM.from_pretrained(export_hf(model, tmp_path)).eval()
     x = torch.randint(0, 256, (2, 40))
     with torch.no_grad():
@@ -31,7 +25,7 @@ def test_logits_match_transformers_llama(tmp_path, which):
 
 def test_cached_forward_in_chunks_equals_uncached():
     # prefill 7 tokens, then 1, then 4: same logits as one causal pass over all 12
-    model = _random_model().double()
+    model = random_micro().double()
     cfg = model.cfg
     cache = KVCache.allocate(cfg.n_layers + 1, 1, 64, cfg.n_kv_heads, cfg.head_dim, torch.float64)
     x = torch.randint(0, 256, (1, 12))
@@ -48,7 +42,7 @@ def test_cached_forward_in_chunks_equals_uncached():
 def test_packed_path_equals_the_modules():
     # fuse(): norms folded into [in, out] weights, the unit-RMS form, the packed heads; the same logits
     # as the module path, main model and MTP, prefill then a verify-shaped chunk
-    model = _random_model().double()
+    model = random_micro().double()
     cfg = model.cfg
     x = torch.randint(0, 256, (2, 9))
     caches = [KVCache.allocate(cfg.n_layers + 1, 2, 64, cfg.n_kv_heads, cfg.head_dim, torch.float64) for _ in "ab"]

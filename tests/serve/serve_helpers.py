@@ -6,29 +6,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import torch
 import uvicorn
 
 from met.engine.policy import PolicyConfig, build_policy
 from met.engine.policy_base import PlainPolicy
 from met.engine.runner import ModelRunner
 from met.engine.scheduler import Scheduler
-from met.model.config import ModelConfig
 from met.model.transformer import Transformer
 from met.serve.app import Service, create_app
 from met.serve.auth import KeyRing
 from met.serve.server import bound_port
+from random_models import micro_model  # noqa: F401 (the serve tests import it from here)
 
 MODEL = "micro-test"
-
-
-def micro_model(seed: int = 0) -> Transformer:
-    """A random micro model in float64, so batch shape and rounding cannot flip a greedy token."""
-    torch.manual_seed(seed)
-    m = Transformer(ModelConfig.from_name("micro"))
-    for p in m.parameters():
-        torch.nn.init.normal_(p, std=0.3)
-    return m.double().eval()
 
 
 @dataclass

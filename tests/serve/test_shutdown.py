@@ -12,7 +12,7 @@ import httpx
 HERE = Path(__file__).parent
 SERVER = """
 import sys, torch
-sys.path.insert(0, {here!r})
+sys.path[:0] = [{here!r}, {tests!r}]  # serve_helpers, and random_models beside conftest.py
 torch.set_num_threads(1)
 from serve_helpers import MODEL, Slow, micro_model
 from met.engine.runner import ModelRunner
@@ -30,7 +30,7 @@ sys.exit(code)
 
 def test_sigterm_lets_the_stream_in_flight_finish_and_exits_0():
     # 40 tokens at 20 ms a step; SIGTERM after the first chunk: every token still arrives, then [DONE], exit 0
-    proc = subprocess.Popen([sys.executable, "-c", SERVER.format(here=str(HERE))], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-c", SERVER.format(here=str(HERE), tests=str(HERE.parent))], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=os.environ | {"PYTHONUNBUFFERED": "1"})
     try:
         line = proc.stdout.readline()
