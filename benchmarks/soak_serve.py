@@ -41,8 +41,8 @@ def build_model(config: dict):
     import torch
 
     if config["model"] == "micro":
-        sys.path.insert(0, str(ROOT / "tests" / "serve"))
-        from serve_helpers import micro_model
+        sys.path.insert(0, str(ROOT / "tests"))
+        from random_models import micro_model
 
         return micro_model(), "micro@test"
     from met.model.recipes import embedded
