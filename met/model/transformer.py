@@ -26,7 +26,6 @@ class CacheContext:
     upto: int  # keys read per slot: max(pos) + 1
     first: int | None  # the first slot when slots are consecutive (reads are views); None: reads gather
     mask: torch.Tensor | None  # [B, 1, T, upto] True where a query may attend; None: every query attends to all
-    full_rows: bool  # every row attends to all upto keys (one token per row, all at the same position)
     rows: torch.Tensor  # [B, T] slot of each token, for cache writes
     write_pos: torch.Tensor  # [B, T] where each token's k, v are written: pos
 
@@ -40,13 +39,14 @@ class CacheContext:
         pos = pos.clamp(max=cache.positions - 1)
         last = int(pos.max())
         upto = last + 1
+        # One token per row, every row at the same position: each attends to all upto keys, no mask.
         full_rows = pos.shape[1] == 1 and (pos.shape[0] == 1 or bool((pos == last).all()))
         mask = None
         if not full_rows:  # causal over each row's own positions
             mask = (torch.arange(upto, device=device)[None, None, :] <= pos[:, :, None])[:, None]
         first = slots[0] if slots == list(range(slots[0], slots[0] + len(slots))) else None
         slot_t = torch.tensor(slots, device=device)
-        return cls(cache, slot_t, pos, upto, first, mask, full_rows, slot_t[:, None].expand_as(pos), pos)
+        return cls(cache, slot_t, pos, upto, first, mask, slot_t[:, None].expand_as(pos), pos)
 
 
 class RMSNorm(nn.Module):
