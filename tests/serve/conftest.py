@@ -3,7 +3,7 @@
 import pytest
 
 from met.model.transformer import Transformer
-from serve_helpers import micro_model
+from random_models import micro_model
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,6 @@ from met.model.transformer import Transformer
 from met.serve.app import Service, create_app
 from met.serve.auth import KeyRing
 from met.serve.server import bound_port
-from random_models import micro_model  # noqa: F401 (the serve tests import it from here)
 
 MODEL = "micro-test"
 

@@ -14,7 +14,8 @@ SERVER = """
 import sys, torch
 sys.path[:0] = [{here!r}, {tests!r}]  # serve_helpers, and random_models beside conftest.py
 torch.set_num_threads(1)
-from serve_helpers import MODEL, Slow, micro_model
+from random_models import micro_model
+from serve_helpers import MODEL, Slow
 from met.engine.runner import ModelRunner
 from met.engine.scheduler import Scheduler
 from met.serve import server
