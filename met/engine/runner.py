@@ -105,6 +105,14 @@ class ModelRunner:
         self.cache.reset(slot)
 
     @torch.inference_mode()
+    def move(self, src: int, dst: int) -> None:
+        """Move the sequence in slot src, cache entries and state, into the free slot dst (src is freed)."""
+        if src not in self.seqs or dst in self.seqs:
+            raise ValueError(f"a move needs a busy source and a free destination, got {src} -> {dst}")
+        self.cache.move(src, dst)
+        self.seqs[dst] = self.seqs.pop(src)
+
+    @torch.inference_mode()
     def prefill(self, slots: list[int], prompts: list[list[int]], samplings: list[Sampling]) -> list[int]:
         """Run prompts of different lengths into free slots; returns each one's first generated token."""
         lens = [len(p) for p in prompts]

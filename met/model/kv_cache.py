@@ -57,6 +57,15 @@ class KVCache:
         self.lengths[slot] = 0
         self.mtp_lengths[slot] = 0
 
+    def move(self, src: int, dst: int) -> None:
+        """Move slot src's sequence into the free slot dst (its cached entries copied), freeing src."""
+        if self.lengths[dst]:
+            raise ValueError(f"slot {dst} holds a sequence; a move needs a free slot")
+        n = self.lengths[src]  # the MTP block's entries lie within: mtp_lengths <= lengths
+        self.kv[:, dst, :, :n] = self.kv[:, src, :, :n]
+        self.lengths[dst], self.mtp_lengths[dst] = n, self.mtp_lengths[src]
+        self.reset(src)
+
     def rollback(self, slot: int, length: int) -> None:
         """Drop every cached position at or beyond length (rejected drafts), main model and MTP."""
         if not 0 <= length <= self.lengths[slot]:

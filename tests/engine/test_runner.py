@@ -101,6 +101,30 @@ def test_released_slot_is_reused_cleanly(model):
     assert generate_after(r) == generate_after(fresh)
 
 
+def _mtp_steps(runner: ModelRunner, slots: list[int], steps: int) -> list[list[int]]:
+    out = [[] for _ in slots]
+    for _ in range(steps):
+        for o, r in zip(out, runner.verify(slots, runner.draft_mtp(slots, [3] * len(slots)))):
+            o += r.tokens
+    return out
+
+
+def test_a_moved_sequence_goes_on_as_if_it_never_moved(model):
+    # slots 0 and 3 draft and verify; 3 moves into 1 mid-sequence; both continue exactly as unmoved
+    p1, p2 = _prompts(6)[:2]
+    moved, still = ModelRunner(model, 4), ModelRunner(model, 4)
+    for r in (moved, still):
+        r.prefill([0, 3], [p1, p2], [Sampling()] * 2)
+    assert _mtp_steps(moved, [0, 3], 4) == _mtp_steps(still, [0, 3], 4)
+    moved.move(3, 1)
+    assert moved.length(3) == 0 and 3 not in moved.seqs and moved.length(1) == still.length(3)
+    assert _mtp_steps(moved, [0, 1], 6) == _mtp_steps(still, [0, 3], 6)
+    with pytest.raises(ValueError, match="free destination"):
+        moved.move(0, 1)
+    with pytest.raises(ValueError, match="busy source"):
+        moved.move(3, 2)
+
+
 def test_sampling_with_speculation_is_seeded_and_runs(model):
     # temperature > 0 with MTP drafts: same seed, same text; another seed, another text
     prompts = _prompts(6)[:2]

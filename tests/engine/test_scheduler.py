@@ -46,13 +46,30 @@ def test_every_policy_gives_plain_greedy_text(model, spec):
     # 12 requests of different lengths and limits through 4 slots: each text equals its solo plain greedy run
     prompts = _prompts(12)
     limits = [5 + 7 * i % 40 for i in range(12)]
-    sched = Scheduler(ModelRunner(model, 4), build_policy(PolicyConfig(spec), model.cfg.mtp_depth), "micro@t")
+    runner = ModelRunner(model, 4)
+    sched = Scheduler(runner, build_policy(PolicyConfig(spec), model.cfg.mtp_depth), "micro@t")
+    widths = _record_step_slots(runner)
     out = _drive(sched, [Request(str(i), tuple(p), m) for i, (p, m) in enumerate(zip(prompts, limits))])
     assert [text for text, _ in out] == [_solo(model, p, m) for p, m in zip(prompts, limits)]
+    # sequences finish out of order and the queue runs dry, yet every step runs over slots 0..n-1
+    assert set(widths) >= {1, 2, 3, 4} and all(s == list(range(n)) for n, runs in widths.items() for s in runs)
     assert all(isinstance(e, Finished) and e.completion_tokens <= m for (_, e), m in zip(out, limits))
     assert sched.free_slots and len(sched.free_slots) == 4 and not sched.running
     if spec != "off":
         assert sched.stats.proposed > 0
+
+
+def _record_step_slots(runner: ModelRunner) -> dict[int, list[list[int]]]:
+    """Wrap runner.verify to note each step's slots, by width."""
+    seen: dict[int, list[list[int]]] = {}
+    verify = runner.verify
+
+    def noted(slots, drafts):
+        seen.setdefault(len(slots), []).append(list(slots))
+        return verify(slots, drafts)
+
+    runner.verify = noted
+    return seen
 
 
 def test_wide_batches_use_the_wide_tier_and_stay_exact(model):
