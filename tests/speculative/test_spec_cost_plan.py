@@ -121,6 +121,31 @@ def test_kmax_caps_the_depth_and_inputs_are_checked():
         plan_depth(table(HAND), calibration(80, 50), 1, None, 0.0, kmax=-1)
 
 
+LOW = math.log(0.1)
+
+
+def test_planning_again_mid_step_counts_the_spent_drafts_and_their_confidences():
+    # HAND without joules, after the step made its drafts; HIGH drafts are accepted 90%, LOW 10%.
+    # Drafts made are paid for at every depth: after 2, k = 0..3 cost 14, 15, 16, 19 ms.
+    cal = AcceptanceCalibration.fit(
+        [(None, i < a, pos) for pos, a in ((1, 80), (2, 50), (3, 50)) for i in range(100)]
+        + [(HIGH, i < 90, 1) for i in range(100)] + [(LOW, i < 10, 1) for i in range(100)], MTP)
+    t = table(HAND, NO_METER)
+    # Two LOW drafts: k = 1 gives 1.1 / 0.015 = 73.3 tok/s, the best (k = 0: 71.4, k = 2: 1.11 / 0.016 = 69.4):
+    # keep one of the two. Before drafting, the same confidences would have meant no drafts (k = 0: 100 tok/s).
+    assert [e.wall_s for e in estimate_depths(t, cal, 1, [[LOW, LOW]], drafted=2)] == pytest.approx(
+        [0.014, 0.015, 0.016, 0.019])
+    assert plan_depth(t, cal, 1, [[LOW, LOW]], 0.0, drafted=2).k == 1
+    assert plan_depth(t, cal, 1, [[LOW, LOW]], 0.0).k == 0
+    # Two HIGH drafts: k = 2 gives 2.71 / 0.016 = 169.4 tok/s; a third at the prior 0.5 gives
+    # (2.71 + 0.81 * 0.5) / 0.019 = 163.9: stop at 2.
+    assert plan_depth(t, cal, 1, [[HIGH, HIGH]], 0.0, drafted=2).k == 2
+    # One LOW draft: k = 1 (1.1 / 0.013 = 84.6) beats drafting on (k = 2: 1.15 / 0.016 = 71.9) and k = 0 (83.3).
+    assert plan_depth(t, cal, 1, [[LOW]], 0.0, drafted=1).k == 1
+    with pytest.raises(ValueError, match="drafted 4 is not in 0..=3"):
+        plan_depth(t, cal, 1, None, 0.0, drafted=4)
+
+
 # -- properties over random tables and calibrations -------------------------------------------------
 
 costs = st.floats(min_value=1e-4, max_value=10.0)

@@ -6,6 +6,11 @@ verified, never which token is emitted.
 
 Worked example (one sequence, no confidences, every prior 0.5): at k = 2 the expected emitted
 tokens are 1 + (0.5 + 0.5 * 0.5) = 1.75; with verify 10 ms + draft 2 ms that is 145.8 tok/s.
+
+Planning again in the middle of a step: once `drafted` drafts exist, their confidences replace the
+guesses and their draft cost is spent whichever depth is chosen now: depth k costs verify(k) +
+draft(max(k, drafted)). A choice below `drafted` verifies fewer of the drafts already made; a
+choice above it drafts on.
 """
 
 import math
@@ -43,11 +48,12 @@ class PlanDecision:
 
 def estimate_depths(table: CostTable, calibration: AcceptanceCalibration, width: int,
                     confidences: Sequence[Sequence[float | None]] | None,
-                    kmax: int | None = None) -> list[DepthEstimate]:
+                    kmax: int | None = None, drafted: int = 0) -> list[DepthEstimate]:
     """The expected tokens, wall, energy and their rates of each depth 0..=kmax at this width.
 
     `confidences[i]` are sequence i's drafts' top-1 log-probs in chain order; drafts past the
     end of its list (or all, when `confidences` is None) use the calibration's position priors.
+    `drafted`: drafts this step has already made (their draft cost counts at every depth).
     """
     if isinstance(width, bool) or not isinstance(width, int) or width < 1:
         raise ValueError(f"width {width!r} is not a positive whole number")
@@ -56,13 +62,18 @@ def estimate_depths(table: CostTable, calibration: AcceptanceCalibration, width:
     deepest = table.kmax if kmax is None else min(kmax, table.kmax)
     if deepest < 0:
         raise ValueError(f"kmax {kmax} is negative")
+    if isinstance(drafted, bool) or not isinstance(drafted, int) or not 0 <= drafted <= deepest:
+        raise ValueError(f"drafted {drafted!r} is not in 0..={deepest}")
     chains = [list(c) for c in confidences] if confidences is not None else [[] for _ in range(width)]
+    spent = table.cell(width, drafted)
     estimates = []
     for k in range(deepest + 1):
         # Each sequence emits its accepted drafts plus the one bonus token; k = 0 emits exactly 1.
         tokens = sum(1.0 + calibration.expected_accepted((c[:k] + [None] * k)[:k]) for c in chains)
         cell = table.cell(width, k)
-        wall, energy = cell.wall_s, cell.energy_j
+        drafts = cell if k >= drafted else spent
+        wall = cell.verify_s + drafts.draft_s
+        energy = None if cell.verify_j is None else cell.verify_j + drafts.draft_j
         estimates.append(DepthEstimate(k, tokens, wall, energy, tokens / wall,
                                        None if energy is None else tokens / energy))
     return estimates
@@ -96,9 +107,12 @@ def choose(estimates: Sequence[DepthEstimate], slack: float) -> PlanDecision:
 
 def plan_depth(table: CostTable, calibration: AcceptanceCalibration, width: int,
                confidences: Sequence[Sequence[float | None]] | None, slack: float,
-               kmax: int | None = None) -> PlanDecision:
-    """The draft depth for a step of `width` sequences (kmax caps the table's deepest depth)."""
-    return choose(estimate_depths(table, calibration, width, confidences, kmax), slack)
+               kmax: int | None = None, drafted: int = 0) -> PlanDecision:
+    """The draft depth for a step of `width` sequences (kmax caps the table's deepest depth).
+
+    drafted > 0: planning again after that many drafts were made (see the module's docstring).
+    """
+    return choose(estimate_depths(table, calibration, width, confidences, kmax, drafted), slack)
 
 
 def _decision(e: DepthEstimate, why: str) -> PlanDecision:

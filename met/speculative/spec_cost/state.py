@@ -35,6 +35,6 @@ class SpecCostState:
             raise ValueError(f"--spec-cost-slack {self.slack!r} is not in [0, 1)")
 
     def plan(self, width: int, confidences: Sequence[Sequence[float | None]] | None = None,
-             kmax: int | None = None) -> PlanDecision:
-        """The draft depth for a step of `width` sequences, at this state's slack."""
-        return plan_depth(self.table, self.calibration, width, confidences, self.slack, kmax)
+             kmax: int | None = None, drafted: int = 0) -> PlanDecision:
+        """The draft depth for a step of `width` sequences, at this state's slack (drafted: see plan_depth)."""
+        return plan_depth(self.table, self.calibration, width, confidences, self.slack, kmax, drafted)
