@@ -6,11 +6,13 @@ mode delivered; in MTP mode the depth is the ladder's, lifted by the adaptive ru
 
 Measured (`--spec mtp --spec-cost-model measured`): SpecCostState.plan chooses k, the most
 expected tokens per joule within the slack of the best tokens/s (tokens/s alone without joules);
-k = 0 is a plain decode step, so the gate is not used. The MTP drafts of a step exist only after
-k is chosen, so the planner is given each sequence's confidences from its previous step's drafts
-(the drafter's top-1 log-probs there, a cheap predictor of how predictable the text is right now);
-positions past them, and new sequences, use the calibration's position priors. kmax is the
-least of the table's, the model's MTP depth and the width tier's verify pool.
+k = 0 is a plain decode step, so the gate is not used. Whether to draft at all is decided before
+any draft exists, so that first plan is given each sequence's confidences from its previous
+step's drafts (a cheap predictor of how predictable the text is right now); positions past them,
+and new sequences, use the calibration's position priors. Once it drafts, the planner plans again
+after every MTP pass with the confidences of the drafts just made, their cost already spent: it
+drafts deeper while the next draft is expected to pay for itself and stops, or drops drafts, when
+not. kmax is the least of the table's, the model's MTP depth and the width tier's verify pool.
 
 Fixed depth (`met bench policies`' baselines): the same k every step, no gate; the capacity clamp
 still applies, so the default pools verify one draft at widths 9..=16 whatever k is.
@@ -83,11 +85,19 @@ class MtpPlannedPolicy:
         width = len(seqs)
         kmax = min(self.state.table.kmax, self.num_drafts, self.pools.max_drafts(width))
         decision = self.state.plan(width, [list(s.confidences) for s in seqs], kmax)
-        depths, clamp = clamp_depths(decision.k, runner, seqs, self.pools)
+        # A drafting step may go as deep as kmax: the plans made while drafting decide where it stops.
+        depths, clamp = clamp_depths(kmax if decision.k else 0, runner, seqs, self.pools)
         return StepPlan("mtp" if decision.k else "plain", decision.k, depths, joined(decision.why, clamp), decision)
 
     def draft(self, runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]:
-        return _draft(runner, seqs, plan)
+        if not any(plan.depths):
+            return [Draft([], []) for _ in seqs]
+        width, deepest = len(seqs), max(plan.depths)
+
+        def replan(drafted: int, drafts: list[Draft]) -> int:
+            return self.state.plan(width, [d.confidences for d in drafts], deepest, drafted).k
+
+        return runner.draft_mtp([s.slot for s in seqs], list(plan.depths), replan)
 
     def observe(self, plan: StepPlan, outcomes: Sequence[Outcome], seconds: float) -> None:
         pass  # the planner is pure: the table and calibration are fixed for the life of the serve

@@ -1,5 +1,6 @@
 """The model runner: owns the model, the KV cache and the device; prefill, MTP and DFlash draft, verify steps."""
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -57,6 +58,16 @@ class _Seq:
     catchup_h: list[torch.Tensor] = field(default_factory=list)  # main hidden rows the MTP block has not seen
     catchup_tok: list[int] = field(default_factory=list)  # the token after each of those rows
     last_h: torch.Tensor | None = None  # [dim] main hidden that predicted `pending` (kept for a DFlash drafter)
+
+
+Replan = Callable[[int, list[Draft]], int]  # (drafts made so far per row, every row's drafts) -> depth to draft to
+
+
+def _truncate(draft: Draft, k: int) -> None:
+    """Keep a draft's first k tokens (and their confidences and distributions)."""
+    del draft.tokens[k:], draft.confidences[k:]
+    if draft.q is not None:
+        draft.q = draft.q[:k] if k else None
 
 
 # A sequence whose MTP block has more rows than this to catch up on (a prompt just prefilled) gets a
@@ -157,8 +168,14 @@ class ModelRunner:
     # --- drafting ------------------------------------------------------------------------------
 
     @torch.inference_mode()
-    def draft_mtp(self, slots: list[int], depths: list[int]) -> list[Draft]:
-        """MTP drafts: catch-up passes over the rows the MTP block missed (`catchup_groups`), then one pass per extra draft."""
+    def draft_mtp(self, slots: list[int], depths: list[int], replan: Replan | None = None) -> list[Draft]:
+        """MTP drafts: catch-up passes over the rows the MTP block missed (`catchup_groups`), then one pass per extra draft.
+
+        replan(j, drafts), when given, is asked after each pass j that is not the deepest with every
+        slot's drafts so far, and returns the depth to draft to: each row keeps at most its own depth;
+        a value at or below j stops drafting there and drops the drafts past it.
+        """
+        depths = list(depths)
         drafts = [Draft([], []) for _ in slots]
         active = [i for i, d in enumerate(depths) if d > 0]
         if not active:
@@ -198,6 +215,13 @@ class ModelRunner:
                     d.tokens.append(int(torch.multinomial(q, 1, generator=seq.generator)))
                     d.q = q[None] if d.q is None else torch.cat([d.q, q[None]])
                 d.confidences.append(conf_list[b])
+            if replan is not None and j < max(depths):
+                target = replan(j, drafts)
+                if target <= j:
+                    for d in drafts:
+                        _truncate(d, target)
+                    break
+                depths = [min(d, target) for d in depths]
             keep = [b for b, row in enumerate(idx) if depths[active[row]] > j]
             if not keep:
                 break

@@ -110,6 +110,43 @@ def test_measured_planner_uses_the_previous_steps_confidences():
     assert p.plan(_runner(), _seqs(1)).decision.k == _state().plan(1).k
 
 
+class _ScriptedDrafter:
+    """A runner stand-in: MTP drafts whose confidences follow a script, asking replan as ModelRunner does."""
+
+    def __init__(self, confidences: list[float]):
+        self.confidences = confidences
+        self.asked: list[int] = []
+
+    def length(self, slot: int) -> int:
+        return 10
+
+    max_len = 128
+
+    def draft_mtp(self, slots, depths, replan=None):
+        drafts = [Draft([], []) for _ in slots]
+        for j in range(1, max(depths) + 1):
+            for d in drafts:
+                d.tokens.append(7)
+                d.confidences.append(self.confidences[j - 1])
+            if replan is not None and j < max(depths):
+                self.asked.append(target := replan(j, drafts))
+                if target <= j:
+                    return [Draft(d.tokens[:target], d.confidences[:target]) for d in drafts]
+        return drafts
+
+
+def test_measured_planner_plans_again_with_each_drafts_confidence():
+    # a sure first draft: draft on (k = 2: 2.425 expected tokens / 16 ms beats k = 1: 1.95 / 13 ms);
+    # an unsure second: drop it (k = 1: 1.95 / 14 ms, the second draft's 2 ms spent, beats 1.9975 / 16 ms)
+    p = MtpPlannedPolicy(_state(), 4, DEFAULT_POOLS)
+    runner = _ScriptedDrafter([-0.01, -5.0, -0.01, -0.01])
+    seqs = _seqs(1, confidences=[-0.01] * 4)
+    plan = p.plan(runner, seqs)
+    assert plan.depths == (4,)
+    drafts = p.draft(runner, seqs, plan)
+    assert runner.asked == [2, 1] and [d.confidences for d in drafts] == [[-0.01]]
+
+
 def test_measured_planner_kmax_respects_the_wide_tier_pool():
     # width 12 has a one-draft pool: the planner chooses among k <= 1
     p = MtpPlannedPolicy(_state(), 4, DEFAULT_POOLS)

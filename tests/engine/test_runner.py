@@ -50,6 +50,39 @@ def test_adversarial_drafts_never_change_greedy_output(model):
     assert _run_with_drafts(model, prompt, 60, drafts) == truth
 
 
+def test_replan_stops_extends_and_drops_drafts_and_greedy_output_stays_plain(model):
+    # the same prefix of the drafts a full-depth draft makes, wherever replan stops; exact output throughout
+    prompts = _prompts(4)[:2]
+
+    def runner():
+        r = ModelRunner(model, 2)
+        r.prefill([0, 1], prompts, [Sampling()] * 2)
+        return r
+
+    full = runner().draft_mtp([0, 1], [4, 3])
+    asked = []
+
+    def to(target):
+        return lambda j, drafts: asked.append((j, [len(d.tokens) for d in drafts])) or target
+
+    for target, want in [(9, [4, 3]), (2, [2, 2]), (1, [1, 1]), (0, [0, 0])]:
+        asked.clear()
+        got = runner().draft_mtp([0, 1], [4, 3], to(target))
+        assert [len(d.tokens) for d in got] == want
+        assert [d.tokens for d in got] == [f.tokens[:n] for f, n in zip(full, want)]
+        assert [len(d.confidences) for d in got] == want
+        # asked after each pass that was not the deepest, every row's drafts so far
+        assert asked == [(1, [1, 1]), (2, [2, 2]), (3, [3, 3])][: 1 if target <= 2 else 3]
+    rng = random.Random(3)
+    plain = generate(ModelRunner(model, 2), prompts, 40, "off", stop_at_eos=False)
+    r, out = runner(), [[], []]
+    while min(map(len, out)) < 40:
+        drafts = r.draft_mtp([0, 1], [4, 4], lambda j, drafts: rng.randrange(5))
+        for o, v in zip(out, r.verify([0, 1], drafts)):
+            o += v.tokens
+    assert [o[:39] for o in out] == [p.tokens[1:40] for p in plain]
+
+
 def test_batched_verify_equals_each_alone(model):
     # ragged batch: different prompt lengths and different draft counts per sequence
     prompts = _prompts(3)
