@@ -120,10 +120,9 @@ def generate(
 
 def _block_drafter(path: Path, target_id: str, dtype: torch.dtype, device: str):
     """The DFlash drafter at path for this model; exit 66 if it is missing, 65 if it is not this model's."""
-    if not path.exists():
-        raise _fail(f"no DFlash drafter at {path}; train one with: met model train --drafter dflash "
-                    "(or pass --drafter PATH)", EX_NOINPUT)
     try:
         return load_drafter(path, target_id, dtype, device)
+    except FileNotFoundError as e:
+        raise _fail(str(e), EX_NOINPUT)
     except (ValueError, OSError) as e:
         raise _fail(str(e), EX_DATAERR)

@@ -4,8 +4,9 @@ off: plain decode. mtp, static: the MTP gate picks MTP or plain by measured thro
 ladder and adaptive rung pick the depth (policy_mtp.MtpLadderPolicy). mtp, measured: the
 measured planner picks the depth from the cost table and calibration, k = 0 meaning plain
 (policy_mtp.MtpPlannedPolicy). ngram / prompt-lookup: host drafts from the sequence's own history,
-the tenant's shared lookup cache as fallback (policy_lookup.LookupPolicy). The capacity clamp
-applies under every policy (policy_base.clamp_depths).
+the tenant's shared lookup cache as fallback (policy_lookup.LookupPolicy). dflash: the runner's
+DFlash block drafter, its verify width set by the DFlash rung (policy_dflash.DflashPolicy). The
+capacity clamp applies under every policy (policy_base.clamp_depths).
 """
 
 import os
@@ -13,19 +14,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from met.engine.policy_base import PlainPolicy, Policy
+from met.engine.policy_dflash import DflashPolicy, RunnerDflash
 from met.engine.policy_lookup import LookupPolicy
 from met.engine.policy_mtp import MtpLadderPolicy, MtpPlannedPolicy
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 from met.speculative.spec_cost import SpecCostState
 
-SERVE_SPECS = ("off", "mtp", "ngram", "prompt-lookup")
+SERVE_SPECS = ("off", "mtp", "ngram", "prompt-lookup", "dflash")
 
 
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
     """The serve's drafting flags."""
 
-    spec: str = "off"  # off | mtp | ngram | prompt-lookup
+    spec: str = "off"  # off | mtp | ngram | prompt-lookup | dflash
     lookup_depth: int = 4  # host proposers: most drafts per step (prompt-lookup's own window may ask fewer)
     pools: VerifyPools = DEFAULT_POOLS  # --lift-wide-tier lifts widths 9..=16 to two drafts
 
@@ -37,8 +39,11 @@ class PolicyConfig:
 
 
 def build_policy(config: PolicyConfig, num_drafts: int, cost_state: SpecCostState | None = None,
-                 environ: Mapping[str, str] | None = None) -> Policy:
-    """The policy for these flags; cost_state (a SpecCostState) selects the measured planner for MTP."""
+                 environ: Mapping[str, str] | None = None, dflash_block: int | None = None) -> Policy:
+    """The policy for these flags; cost_state (a SpecCostState) selects the measured planner for MTP.
+
+    dflash_block: the block of the runner's DFlash drafter (--spec dflash needs one).
+    """
     if config.spec == "off":
         return PlainPolicy()
     if config.spec == "mtp":
@@ -49,4 +54,8 @@ def build_policy(config: PolicyConfig, num_drafts: int, cost_state: SpecCostStat
         return MtpLadderPolicy(num_drafts, config.pools, os.environ if environ is None else environ)
     if cost_state is not None:
         raise ValueError(f"--spec-cost-model measured plans MTP depth; --spec {config.spec} has no calibrated drafter")
+    if config.spec == "dflash":
+        if dflash_block is None:
+            raise ValueError("--spec dflash needs a DFlash drafter (met model train --drafter dflash)")
+        return DflashPolicy(RunnerDflash(dflash_block), config.pools)
     return LookupPolicy(config.spec, config.lookup_depth, config.pools)

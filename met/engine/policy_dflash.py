@@ -24,6 +24,16 @@ class BlockDrafter(Protocol):
     def __call__(self, runner: ModelRunner, slots: list[int], depths: list[int]) -> list[Draft]: ...
 
 
+class RunnerDflash:
+    """The runner's own DFlash drafter (ModelRunner(..., dflash=drafter)) as a BlockDrafter."""
+
+    def __init__(self, block: int):
+        self.block = block
+
+    def __call__(self, runner: ModelRunner, slots: list[int], depths: list[int]) -> list[Draft]:
+        return runner.draft_dflash(slots, depths)
+
+
 class DflashPolicy:
     """rung gamma -> clamp -> one block draft -> verify; the rung observes single-stream acceptance."""
 

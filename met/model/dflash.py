@@ -119,7 +119,11 @@ def save_drafter(drafter: DflashDrafter, path: Path, target_id: str) -> str:
 
 def load_drafter(path: Path, target_id: str, dtype: torch.dtype = torch.float32,
                  device: str | torch.device = "cpu") -> DflashDrafter:
-    """The drafter at path; ValueError when it was trained for another target than target_id (name@digest)."""
+    """The drafter at path; FileNotFoundError (saying how to make one) when there is none, ValueError when it
+    is not a drafter or was trained for another target than target_id (name@digest)."""
+    if not path.exists():
+        raise FileNotFoundError(f"no DFlash drafter at {path}; train one with: met model train --drafter dflash "
+                                "(or pass --drafter PATH)")
     with safe_open(str(path), framework="pt") as f:
         meta = f.metadata() or {}
         state = {k: f.get_tensor(k) for k in f.keys()}

@@ -23,6 +23,7 @@ from met.engine.policy import PolicyConfig, build_policy
 from met.engine.requests import Delta, Event, Failed, Finished, Request
 from met.engine.runner import ModelRunner, Sampling
 from met.engine.scheduler import Draining, Scheduler
+from met.model.dflash import DflashDrafter
 from met.model.tokenizer import BYTES, Tokenizer
 from met.model.transformer import Transformer
 from met.serve import schemas
@@ -49,11 +50,16 @@ class Service:
     @classmethod
     def build(cls, model: Transformer, model_id: str, names: tuple[str, ...], policy: PolicyConfig,
               max_batch: int, max_len: int | None = None, cost_state: SpecCostState | None = None,
-              keys: KeyRing | None = None, tokenizer: Tokenizer = BYTES) -> "Service":
-        """A runner for the model, the policy the flags compose, and a scheduler over them (not started yet)."""
-        runner = ModelRunner(model, max_batch, max_len)
+              keys: KeyRing | None = None, tokenizer: Tokenizer = BYTES,
+              dflash: DflashDrafter | None = None) -> "Service":
+        """A runner for the model (and its DFlash drafter), the policy the flags compose, and a scheduler over them.
+
+        The scheduler is not started yet.
+        """
+        runner = ModelRunner(model, max_batch, max_len, dflash=dflash)
         num_drafts = model.cfg.mtp_depth if model.mtp is not None else 0
-        scheduler = Scheduler(runner, build_policy(policy, num_drafts, cost_state), model_id, tokenizer=tokenizer)
+        built = build_policy(policy, num_drafts, cost_state, dflash_block=dflash.block if dflash is not None else None)
+        scheduler = Scheduler(runner, built, model_id, tokenizer=tokenizer)
         return cls(scheduler, names, keys if keys is not None else KeyRing({}), tokenizer=tokenizer)
 
     def to_request(self, body: schemas.CompletionRequest, tenant: str) -> Request:

@@ -13,6 +13,7 @@ from met.engine.identity import (RunSettings, apply_threads, box_class as derive
                                  default_dtype)
 from met.engine.policy import SERVE_SPECS, PolicyConfig
 from met.exit_codes import EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE
+from met.model.dflash import load_drafter, shipped_path
 from met.model.hf_config import CheckpointError
 from met.model.recipes import DEFAULT_RECIPE, RecipeError
 from met.model.sources import context_len, resolve, tokenizer_for
@@ -61,6 +62,9 @@ def serve(
     )] = False,
     lookup_depth: Annotated[int, typer.Option(
         min=1, max=16, help="Most drafts per step for ngram / prompt-lookup.")] = 4,
+    drafter: Annotated[Path | None, typer.Option(
+        help="DFlash drafter for --spec dflash (default: <recipe>.dflash.safetensors beside its weights).",
+        show_default=False)] = None,
     device: Annotated[str | None, typer.Option(
         help="Torch device (default: cuda if available, else cpu).", show_default=False)] = None,
     dtype: Annotated[str | None, typer.Option(
@@ -81,8 +85,8 @@ def serve(
 
     Exit statuses: 0 drained and stopped (SIGTERM or Ctrl-C); 2 bad option; 65 (EX_DATAERR) the cost
     table or calibration is missing or invalid, or the keys file is, or the checkpoint folder cannot be
-    served (unsupported architecture); 66 (EX_NOINPUT) the recipe's weights, the folder's files or the keys
-    file are missing; 69 (EX_UNAVAILABLE) the --energy source does not work here;
+    served (unsupported architecture), or the DFlash drafter is not this model's; 66 (EX_NOINPUT) the
+    recipe's weights, the folder's files, the keys file or the DFlash drafter are missing; 69 (EX_UNAVAILABLE) the --energy source does not work here;
     78 (EX_CONFIG) the table or calibration was measured under another key (each mismatch listed).
     """
     if spec is not None and spec not in SERVE_SPECS:
@@ -126,10 +130,19 @@ def serve(
         net = recipe.load(getattr(torch, settings.dtype), settings.device)
     except RecipeError as exc:
         raise _fail(EX_DATAERR if isinstance(exc, CheckpointError) else EX_NOINPUT, f"error: {exc}") from None
+    block = None
+    if spec == "dflash":
+        try:
+            block = load_drafter(drafter or shipped_path(recipe), recipe.id, getattr(torch, settings.dtype),
+                                 settings.device)
+        except FileNotFoundError as exc:
+            raise _fail(EX_NOINPUT, f"error: {exc}") from None
+        except (ValueError, OSError) as exc:
+            raise _fail(EX_DATAERR, f"error: {exc}") from None
     pools = VerifyPools(DEFAULT_POOLS.tiers, lift_wide_tier=lift_wide_tier)
     names = (recipe.name, recipe.id) + ((model,) if model not in (recipe.name, recipe.id) else ())
     service = Service.build(net, recipe.id, names, PolicyConfig(spec, lookup_depth, pools),
-                            max_batch, context_len(recipe, max_len), cost_state, keys, tokenizer)
+                            max_batch, context_len(recipe, max_len), cost_state, keys, tokenizer, block)
     _banner(service, recipe.id, host, port, settings, box, table if cost_state else None, cost_state, keys)
     app = create_app(service)
     if tui_:

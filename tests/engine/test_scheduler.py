@@ -11,6 +11,7 @@ from met.engine.policy_base import PlainPolicy
 from met.engine.requests import Failed, Finished, QueueSink, Request
 from met.engine.runner import ModelRunner, Sampling, VerifyResult
 from met.engine.scheduler import Draining, Scheduler
+from met.model.dflash import DflashConfig, DflashDrafter
 from met.model.tokenizer import EOS, decode, encode
 
 
@@ -70,6 +71,19 @@ def _record_step_slots(runner: ModelRunner) -> dict[int, list[list[int]]]:
 
     runner.verify = noted
     return seen
+
+
+def test_dflash_from_the_serve_flags_gives_plain_greedy_text(model):
+    # --spec dflash: the runner's block drafter under the DFlash rung, 12 requests through 4 slots, exact text
+    drafter = DflashDrafter(DflashConfig.for_target(model.cfg, block=4, ffn_dim=64)).double()
+    policy = build_policy(PolicyConfig("dflash"), model.cfg.mtp_depth, dflash_block=drafter.block)
+    sched = Scheduler(ModelRunner(model, 4, dflash=drafter), policy, "micro@t")
+    prompts = _prompts(12, seed=2)
+    out = _drive(sched, [Request(str(i), tuple(p), 20) for i, p in enumerate(prompts)])
+    assert [text for text, _ in out] == [_solo(model, p, 20) for p in prompts]
+    assert sched.policy.name == "dflash" and sched.stats.proposed > 0
+    with pytest.raises(ValueError, match="needs a DFlash drafter"):
+        build_policy(PolicyConfig("dflash"), model.cfg.mtp_depth)
 
 
 def test_wide_batches_use_the_wide_tier_and_stay_exact(model):

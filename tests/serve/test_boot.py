@@ -7,6 +7,7 @@ from typer.testing import CliRunner
 
 from met.cli import app
 from met.engine.identity import MODES, RunSettings, mtp_drafter_key, serve_table_key
+from met.model.dflash import DflashConfig, DflashDrafter, save_drafter
 from met.serve import boot
 from met.serve.boot import BootError, MeasuredBoot
 from met.speculative.spec_cost import (AcceptanceCalibration, Cell, CostTable, DrafterKey, PositionPrior,
@@ -146,3 +147,20 @@ def test_cli_bad_options_exit_2(recipe, tmp_path):
     r = CliRunner().invoke(app, ["serve", "--model", "micro-t", "--spec", "ngram", "--spec-cost-model", "measured"])
     assert r.exit_code == 2 and "calibrated drafter" in r.output
     assert CliRunner().invoke(app, ["serve", "--spec", "eagle"]).exit_code == 2
+
+
+def test_cli_serves_dflash_with_its_drafter_and_refuses_a_missing_or_foreign_one(recipe, tmp_path, monkeypatch):
+    # --spec dflash loads the drafter before anything starts: 66 when there is none, 65 when it is another model's
+    started = []
+    monkeypatch.setattr("met.serve.server.run", lambda app, host, port, level: started.append(port) or 0)
+    base = ["serve", "--model", "micro-t", "--spec", "dflash", "--port", "0"]
+    r = CliRunner().invoke(app, [*base, "--drafter", str(tmp_path / "absent.safetensors")])
+    assert r.exit_code == 66 and "no DFlash drafter at" in r.output and not started
+    drafter = DflashDrafter(DflashConfig.for_target(recipe.config, block=4, ffn_dim=64))
+    save_drafter(drafter, tmp_path / "ours.safetensors", recipe.id)
+    save_drafter(drafter, tmp_path / "theirs.safetensors", "other@0000000000000000")
+    r = CliRunner().invoke(app, [*base, "--drafter", str(tmp_path / "theirs.safetensors")])
+    assert r.exit_code == 65 and "trained against other@0000000000000000" in r.output and not started
+    r = CliRunner().invoke(app, [*base, "--drafter", str(tmp_path / "ours.safetensors")])
+    assert r.exit_code == 0, r.output
+    assert started == [0] and "spec dflash" in r.output
