@@ -169,7 +169,7 @@ def policies(
         runs = pol.run_all(model, model_recipe.id, factories, workload,
                            lambda done, total, label: reporter.step("runs", done, total, label))
     rows = summarise(runs, cost_state.table if cost_state else None)
-    results = checks(rows)
+    results = checks(rows, runs)
     problems = mismatches(runs)
     meta = {
         "command": _command(recipe, workload, names, table_path, calibration, slack, energy, box_class_,

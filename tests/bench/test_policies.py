@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 import met.bench.policies as pol
 import met.bench.policies_cli as policies_cli
 from met.bench.policies_identity import mismatches
-from met.bench.policies_report import checks, price, summarise
+from met.bench.policies_report import checks, paired_ratio, price, summarise
 from met.cli import app
 from met.engine.identity import MODES, RunSettings, mtp_drafter_key, serve_table_key
 from met.engine.policy_base import PlainPolicy
@@ -122,11 +122,23 @@ def test_energy_is_priced_from_the_table_when_it_has_joules(runs):
 
 def test_checks_report_the_figures_they_decide_on(runs):
     # three checks, each PASS or FAIL (never silently skipped) with its ratios
-    results = checks(summarise(runs, None))
+    results = checks(summarise(runs, None), runs)
     assert len(results) == 3 and all(c.passed is not None for c in results)
     assert "c=16" in results[0].figures and "needs >= 1.8x" in results[2].figures
-    partial = checks([r for r in summarise(runs, None) if r.policy != "measured"])
+    partial = checks([r for r in summarise(runs, None) if r.policy != "measured"], runs)
     assert all(c.passed is None for c in partial)
+
+
+def test_paired_ratios_cancel_a_drift_that_moves_every_policy_alike():
+    # the box runs twice as fast in repeat 2: a is 10% ahead of b within each repeat, whatever the medians say
+    def run(policy, repeat, seconds):
+        return pol.Run(policy, 1, repeat, 100, seconds, 0, 0, 0, 0, (), (), (), 100, seconds, ())
+
+    runs = [run("a", 0, 1.0), run("b", 0, 1.1), run("a", 1, 0.5), run("b", 1, 0.55), run("a", 2, 2.0),
+            run("b", 2, 2.2), run("c", 0, 1.0)]
+    assert paired_ratio(runs, "a", "b", 1) == pytest.approx(1.1)
+    assert paired_ratio(runs, "a", "c", 1) == pytest.approx(1.0)  # only the repeats both ran
+    assert paired_ratio(runs, "a", "b", 4) is None
 
 
 # --- the command -------------------------------------------------------------------------------
