@@ -1,8 +1,8 @@
 """A StepFixture: sequences held in a fixed state so the same draft or verify step can be timed again and again.
 
 A step changes the runner's state (cache lengths, the pending token, the MTP catch-up rows),
-so timing many identical steps needs the state put back after each one. The fixture saves
-each slot's state once and restores it after every step; the KV entries a step writes are
+so timing many identical steps needs the state put back before each one. The fixture saves
+each slot's state once and restores it before every step; the KV entries a step writes are
 rewritten identically by the next repetition, and a step's cost does not depend on them.
 """
 
@@ -27,12 +27,13 @@ class SlotState:
 
 
 class StepFixture:
-    """Sequences of `context_len` tokens in slots 0..width-1, frozen in one state between steps.
+    """Sequences of `context_len` tokens in slots 0..width-1, put back into one saved state before every step.
 
     Built as a real decode would leave them: prefill, one MTP catch-up pass, then `catchup_rows`
-    plain decode steps, so the MTP block has that many rows to catch up on before its first
-    draft (as after a step that emitted that many tokens). drafter "dflash": the runner's DFlash
-    block drafter makes the drafts instead (its step reads the state and changes none of it).
+    plain decode steps, so the MTP block has up to that many rows to catch up on before a draft (as
+    after a step that emitted that many tokens); a draft step names how many of them it gets.
+    drafter "dflash": the runner's DFlash block drafter makes the drafts instead (its step reads the
+    state and changes none of it).
     """
 
     def __init__(self, runner: ModelRunner, prompts: list[list[int]], catchup_rows: int = 1,
@@ -43,6 +44,7 @@ class StepFixture:
             raise ValueError(f"drafter must be mtp or dflash, got {drafter!r}")
         self.runner = runner
         self.drafter = drafter
+        self.catchup_rows = catchup_rows
         self.slots = list(range(len(prompts)))
         for slot in self.slots:
             runner.release(slot)
@@ -60,35 +62,43 @@ class StepFixture:
         return SlotState(cache.lengths[slot], cache.mtp_lengths[slot], seq.pending,
                          tuple(seq.catchup_h), tuple(seq.catchup_tok))
 
-    def restore(self, width: int) -> None:
-        """Put slots 0..width-1 back into the saved state."""
+    def restore(self, width: int, rows: int | None = None) -> None:
+        """Put slots 0..width-1 back into the saved state, with only the last `rows` catch-up rows pending.
+
+        rows None: all of them. A step's cost does not depend on the MTP block's cached entries for
+        the rows left out (they were never computed), only on how many rows it catches up on.
+        """
         cache = self.runner.cache
         for slot in range(width):
             state, seq = self.saved[slot], self.runner.seqs[slot]
+            keep = len(state.catchup_tok) if rows is None else min(rows, len(state.catchup_tok))
             cache.lengths[slot] = state.length
-            cache.mtp_lengths[slot] = state.mtp_length
+            cache.mtp_lengths[slot] = state.mtp_length + len(state.catchup_tok) - keep
             seq.pending = state.pending
-            seq.catchup_h = list(state.catchup_h)
-            seq.catchup_tok = list(state.catchup_tok)
+            seq.catchup_h = list(state.catchup_h[len(state.catchup_h) - keep :])
+            seq.catchup_tok = list(state.catchup_tok[len(state.catchup_tok) - keep :])
 
     def drafts(self, width: int, depth: int) -> list[Draft]:
-        """The drafts the MTP drafter proposes from the saved state (cached): what a verify step scores."""
+        """The drafts the drafter proposes from the saved state (made once, cached): what a verify step scores."""
         if depth == 0:
             return [Draft([], []) for _ in range(width)]
         if depth not in self._drafts:
-            self._drafts[depth] = self._draft(self.slots, depth)
             self.restore(len(self.slots))
+            self._drafts[depth] = self._draft(self.slots, depth)
         return [Draft(list(d.tokens), list(d.confidences)) for d in self._drafts[depth][:width]]
 
     def verify_step(self, width: int, drafts: list[Draft]) -> None:
         """One verify step of the first `width` sequences (a plain decode step when the drafts are empty)."""
+        self.restore(width)
         self.runner.verify(self.slots[:width], drafts)
-        self.restore(width)
 
-    def draft_step(self, width: int, depth: int) -> None:
-        """One draft step (MTP, or the DFlash block) of depth `depth` for the first `width` sequences."""
+    def draft_step(self, width: int, depth: int, rows: int | None = None) -> None:
+        """One draft step (MTP, or the DFlash block) of depth `depth` for the first `width` sequences.
+
+        rows: catch-up rows the MTP block gets first (None: every saved one).
+        """
+        self.restore(width, rows)
         self._draft(self.slots[:width], depth)
-        self.restore(width)
 
     def _draft(self, slots: list[int], depth: int) -> list[Draft]:
         if self.drafter == "dflash":

@@ -38,9 +38,6 @@ class SweepParams:
     repeats: int = 5  # windows per cell; the cell's figure is their median
     window_s: float = 0.25  # shortest window (longer where the meter needs it, e.g. NVML's 1 s)
     warmup_s: float = 0.1  # untimed steps per cell before its steps per window are chosen
-    # MTP catch-up rows before a draft step: what the last step emitted (its bonus token and one accepted
-    # draft; `met bench policies` measures 1.6 to 2.8 emitted per verify on the shipped recipe)
-    catchup_rows: int = 2
     seed: int = 0  # the prompts' tokens and the shuffled cell order
 
     def __post_init__(self) -> None:
@@ -60,13 +57,27 @@ class SweepParams:
             raise ValueError(f"window_s {self.window_s} must be a positive number of seconds")
         if not (self.warmup_s >= 0 and math.isfinite(self.warmup_s)):
             raise ValueError(f"warmup_s {self.warmup_s} must be >= 0 seconds")
-        if self.catchup_rows < 1:
-            raise ValueError(f"catchup_rows {self.catchup_rows} must be at least 1")
+
+    @property
+    def catchup_rows(self) -> int:
+        """Catch-up rows the fixture keeps: the deepest draft's, catchup_rows_for(max_depth)."""
+        return catchup_rows_for(self.max_depth)
 
     @property
     def cache_len(self) -> int:
         """Tokens a slot must hold: context, the catch-up steps, and the deepest verify."""
         return self.context_len + self.catchup_rows + self.max_depth + 1
+
+
+def catchup_rows_for(depth: int) -> int:
+    """MTP catch-up rows before a draft of this depth: depth + 1, what a step at it emits with every draft accepted.
+
+    A batch's catch-up pass is padded to its longest row, and in a batch of several some row usually
+    had every draft accepted (at width 4, 5 rows instead of 2 cost a depth-4 draft step about half as
+    much again on CPU). A single stream emits fewer on average (2.8 at depth 4 on the shipped recipe),
+    so at width 1 this prices deep drafts a little high.
+    """
+    return depth + 1
 
 
 QUICK = SweepParams(widths=(1, 2), max_depth=2, context_len=64, repeats=3, window_s=0.03, warmup_s=0.02)
@@ -117,7 +128,7 @@ def tasks(params: SweepParams) -> list[Task]:
 def check_fits(cfg: ModelConfig, params: SweepParams, block: int | None = None) -> None:
     """ValueError, with what to change, when the sweep does not fit the model (block: a DFlash drafter's)."""
     if params.cache_len > cfg.max_seq_len:
-        raise ValueError(f"context_len {params.context_len} + {params.catchup_rows} catch-up + depth "
+        raise ValueError(f"context_len {params.context_len} + {params.catchup_rows} catch-up rows + depth "
                          f"{params.max_depth} + 1 = {params.cache_len} tokens exceed the model's max_seq_len "
                          f"{cfg.max_seq_len}; lower --context-len or --max-depth")
     if block is not None:
@@ -167,7 +178,8 @@ def measure(model: Transformer, meter: Meter, params: SweepParams,
     steps = [series[t].steps for t in todo]
     meta = {"context_len": params.context_len, "repeats": params.repeats, "window_s": window_s,
             "warmup_s": params.warmup_s, "steps_per_window_min": min(steps), "steps_per_window_max": max(steps),
-            "catchup_rows": params.catchup_rows, "cell_order": "shuffled per repeat (seed "
+            "catchup_rows": "depth + 1 before a draft of that depth (all of a step's drafts accepted)",
+            "cell_order": "shuffled per repeat (seed "
             f"{params.seed})", "figure": "median over repeats of window cost / steps",
             "spread": "interquartile range over repeats, same unit"}
     return SweepResult(cells, meta)
@@ -176,7 +188,7 @@ def measure(model: Transformer, meter: Meter, params: SweepParams,
 def _step(fixture: StepFixture, task: Task) -> Callable[[], None]:
     """The task's step as a no-argument call (drafts are made once, outside any window)."""
     if task.step == "draft":
-        return lambda: fixture.draft_step(task.n, task.k)
+        return lambda: fixture.draft_step(task.n, task.k, catchup_rows_for(task.k))
     drafts = fixture.drafts(task.n, task.k)
     return lambda: fixture.verify_step(task.n, drafts)
 

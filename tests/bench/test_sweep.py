@@ -53,7 +53,6 @@ def test_tasks_cover_every_cell_and_draft_only_above_zero():
     ({"max_depth": 65}, "max_depth"),
     ({"repeats": 0}, "repeats"),
     ({"window_s": 0.0}, "window_s"),
-    ({"catchup_rows": 0}, "catchup_rows"),
 ])
 def test_params_refuse_bad_values(change, message):
     with pytest.raises(ValueError, match=message):
@@ -65,24 +64,30 @@ def test_params_sort_widths():
 
 
 def test_check_fits_names_the_limit(micro_model):
-    # micro's max_seq_len is 128: 124 + 2 catch-up + 2 + 1 = 129 tokens do not fit
-    with pytest.raises(ValueError, match="129 tokens exceed the model's max_seq_len 128; lower --context-len"):
+    # micro's max_seq_len is 128: 124 + 3 catch-up rows (depth 2 + 1) + 2 + 1 = 130 tokens do not fit
+    with pytest.raises(ValueError, match="130 tokens exceed the model's max_seq_len 128; lower --context-len"):
         check_fits(micro_model.cfg, SweepParams(context_len=124, max_depth=2))
 
 
-def test_fixture_restores_the_state_after_each_step(micro_model):
+def test_fixture_restores_the_state_before_each_step(micro_model):
     # a verify and a draft step change lengths, pending tokens and catch-up rows; restore undoes all of it
     runner = ModelRunner(micro_model, 2, 32)
-    fixture = StepFixture(runner, [[1, 2, 3, 4], [5, 6, 7, 8, 9]], catchup_rows=2)
+    fixture = StepFixture(runner, [[1, 2, 3, 4], [5, 6, 7, 8, 9]], catchup_rows=3)
     before = [fixture.state(s) for s in fixture.slots]
-    assert [len(s.catchup_tok) for s in before] == [2, 2] and before[0].length == 4 + 2
+    assert [len(s.catchup_tok) for s in before] == [3, 3] and before[0].length == 4 + 3
     first = runner.verify(fixture.slots, fixture.drafts(2, 2))
     fixture.restore(2)
     again = runner.verify(fixture.slots, fixture.drafts(2, 2))
     fixture.restore(2)
     assert first == again  # the same step from the same state gives the same result
     fixture.draft_step(2, 2)
+    fixture.restore(2)
     assert [fixture.state(s) for s in fixture.slots] == before
+    # a draft step given fewer catch-up rows starts from the last of them, the MTP block that much further on
+    fixture.restore(2, rows=2)
+    fewer = fixture.state(0)
+    assert fewer.catchup_tok == before[0].catchup_tok[1:] and fewer.mtp_length == before[0].mtp_length + 1
+    assert fewer.length == before[0].length and fewer.pending == before[0].pending
 
 
 def test_measure_writes_cells_that_make_a_valid_table(micro_model):
