@@ -44,7 +44,6 @@ class StepFixture:
             raise ValueError(f"drafter must be mtp or dflash, got {drafter!r}")
         self.runner = runner
         self.drafter = drafter
-        self.catchup_rows = catchup_rows
         self.slots = list(range(len(prompts)))
         for slot in self.slots:
             runner.release(slot)
