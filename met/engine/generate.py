@@ -45,57 +45,72 @@ def generate(runner: ModelRunner, prompts: list[list[int]], max_tokens: int, spe
         raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
     if spec == "dflash" and runner.dflash is None:
         raise ValueError("--spec dflash needs a runner with a DFlash drafter (ModelRunner(..., dflash=drafter))")
-    slots = list(range(len(prompts)))
     outs = [Output(p) for p in prompts]
     proposers = [Proposer(spec, p) for p in prompts]
+    slot_of = list(range(len(prompts)))  # prompt i's KV slot; sequences move down as others finish
     t0 = time.perf_counter()
-    firsts = runner.prefill(slots, prompts, [sampling] * len(prompts))
+    firsts = runner.prefill(slot_of, prompts, [sampling] * len(prompts))
     prefill_s = time.perf_counter() - t0
-    live = []
-    for slot, first in zip(slots, firsts):
-        outs[slot].prefill_s = prefill_s
-        proposers[slot].observe(0, 0, [first])  # the first token is history the proposers match against
-        if not _emit(outs[slot], [first], max_tokens, stop_at_eos, eos_ids):
-            live.append(slot)
+    live = []  # prompts still generating, in slot order
+    for i, first in enumerate(firsts):
+        outs[i].prefill_s = prefill_s
+        proposers[i].observe(0, 0, [first])  # the first token is history the proposers match against
+        if not _emit(outs[i], [first], max_tokens, stop_at_eos, eos_ids):
+            live.append(i)
         else:
-            runner.release(slot)
+            runner.release(slot_of[i])
     rung = (rung or DflashRung()) if spec == "dflash" else None
     t0 = time.perf_counter()
     while live:
+        live = _compact(runner, live, slot_of)
+        slots = [slot_of[i] for i in live]
         if rung is not None:
             depth = rung.gamma_for(len(live), runner.dflash.block)
-        want = [max(0, min(depth, max_tokens - len(outs[s].tokens) - 1, runner.room(s))) for s in live]
+        want = [max(0, min(depth, max_tokens - len(outs[i].tokens) - 1, runner.room(s))) for i, s in zip(live, slots)]
         if spec == "off":
             drafts = [Draft([], []) for _ in live]
         elif spec == "mtp":
-            drafts = runner.draft_mtp(live, want)
+            drafts = runner.draft_mtp(slots, want)
         elif spec == "dflash":
-            drafts = runner.draft_dflash(live, want)
+            drafts = runner.draft_dflash(slots, want)
         else:
-            drafts = [proposers[s].host_draft(k) for s, k in zip(live, want)]
-        results = runner.verify(live, drafts)
+            drafts = [proposers[i].host_draft(k) for i, k in zip(live, want)]
+        results = runner.verify(slots, drafts)
         if rung is not None:
             drafted = [r for d, r in zip(drafts, results) if d.tokens]
             rung.observe(len(live), len(drafted), sum(r.accepted > 0 for r in drafted))
         still = []
-        for s, d, r in zip(live, drafts, results):
-            o = outs[s]
+        for i, s, d, r in zip(live, slots, drafts, results):
+            o = outs[i]
             o.steps += 1
             o.proposed += len(d.tokens)
             o.accepted += r.accepted
             if rung is not None:
                 o.gammas.append(depth)
             count_chain(o.proposed_at, o.accepted_at, len(d.tokens), r.accepted)
-            proposers[s].observe(len(d.tokens), r.accepted, r.tokens)
+            proposers[i].observe(len(d.tokens), r.accepted, r.tokens)
             if _emit(o, r.tokens, max_tokens, stop_at_eos, eos_ids) or runner.room(s) < 0:
                 runner.release(s)
             else:
-                still.append(s)
+                still.append(i)
         live = still
     decode_s = time.perf_counter() - t0
     for o in outs:
         o.decode_s = decode_s
     return outs
+
+
+def _compact(runner: ModelRunner, live: list[int], slot_of: list[int]) -> list[int]:
+    """Move live sequences from slots >= len(live) into the free ones below; the live prompts in slot order.
+
+    As the scheduler does: a step over slots 0..n-1 reads the KV cache as views instead of gathering.
+    """
+    n = len(live)
+    taken = {slot_of[i] for i in live}
+    for i, dst in zip([i for i in live if slot_of[i] >= n], [s for s in range(n) if s not in taken]):
+        runner.move(slot_of[i], dst)
+        slot_of[i] = dst
+    return sorted(live, key=lambda i: slot_of[i])
 
 
 def _emit(o: Output, tokens: list[int], max_tokens: int, stop_at_eos: bool, eos_ids: Collection[int]) -> bool:

@@ -26,6 +26,22 @@ def test_speculation_is_token_identical_to_plain_greedy(model, spec, depth):
     assert sum(o.proposed for o in spec_out) > 0
 
 
+@pytest.mark.parametrize("spec", ["off", "mtp", "prompt-lookup"])
+def test_generate_moves_sequences_down_as_others_finish_and_stays_exact(model, spec):
+    # a 40-token context ends each prompt at its own step; the survivors move into slots 0..n-1 and
+    # every output still equals the prompt's solo run
+    prompts = _prompts(5)
+    steps, moves = [], []
+    runner = ModelRunner(model, 4, max_len=40)
+    verify, move = runner.verify, runner.move
+    runner.verify = lambda slots, drafts: steps.append(list(slots)) or verify(slots, drafts)
+    runner.move = lambda src, dst: moves.append((src, dst)) or move(src, dst)
+    together = generate(runner, prompts, 60, spec, 3, stop_at_eos=False)
+    alone = [generate(ModelRunner(model, 1, max_len=40), [p], 60, spec, 3, stop_at_eos=False)[0] for p in prompts]
+    assert [o.tokens for o in together] == [o.tokens for o in alone]
+    assert moves and all(s == list(range(len(s))) for s in steps)
+
+
 def _run_with_drafts(model, prompt, n_tokens, draft_fn):
     runner = ModelRunner(model, 1)
     out = runner.prefill([0], [prompt], [Sampling()])
