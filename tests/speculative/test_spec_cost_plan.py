@@ -193,6 +193,22 @@ def test_more_slack_never_costs_joules(situation, a, b):
         assert loose.tokens_per_j >= tight.tokens_per_j
 
 
+@given(situations(), st.integers(0, 4))
+def test_planning_mid_step_only_adds_the_spent_drafts_to_shallower_depths(situation, drafted):
+    # depths at or past `drafted` cost what they cost before drafting; shallower ones carry the spent drafts
+    t, cal, width, confidences = situation
+    drafted = min(drafted, t.kmax)
+    fresh = estimate_depths(t, cal, width, confidences)
+    mid = estimate_depths(t, cal, width, confidences, drafted=drafted)
+    spent = t.cell(width, drafted).draft_s
+    for f, m in zip(fresh, mid):
+        assert m.expected_tokens == f.expected_tokens
+        if f.k >= drafted:
+            assert m.wall_s == f.wall_s
+        else:
+            assert m.wall_s == pytest.approx(t.cell(width, f.k).verify_s + spent)
+
+
 def test_choose_prefers_the_first_of_equals():
     # choose() is the rule alone: equal estimates at k = 0 and 1 resolve to 0.
     e = estimate_depths(table([(0.5, 0.0, 1.0, 0.0), (0.5, 0.25, 1.0, 0.5)]), calibration(50), 1, None)
