@@ -2,8 +2,8 @@
 
 A block drafter (DFlash-style, issue 9) costs one forward whatever the block, so the depth is the
 rung's gamma: by concurrency tier for wide steps, by the first-draft accept rate for a single
-stream; then the capacity clamp. The drafter is any callable with the BlockDrafter shape, so the
-policy is wired and tested before the model's block drafter exists.
+stream; then the capacity clamp. The drafter is any callable with the BlockDrafter shape:
+`met serve --spec dflash` passes RunnerDflash, the runner's own DFlash drafter (met/model/dflash.py).
 """
 
 from collections.abc import Sequence
