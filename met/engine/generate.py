@@ -101,15 +101,10 @@ def generate(runner: ModelRunner, prompts: list[list[int]], max_tokens: int, spe
 
 
 def _compact(runner: ModelRunner, live: list[int], slot_of: list[int]) -> list[int]:
-    """Move live sequences from slots >= len(live) into the free ones below; the live prompts in slot order.
-
-    As the scheduler does: a step over slots 0..n-1 reads the KV cache as views instead of gathering.
-    """
-    n = len(live)
-    taken = {slot_of[i] for i in live}
-    for i, dst in zip([i for i in live if slot_of[i] >= n], [s for s in range(n) if s not in taken]):
-        runner.move(slot_of[i], dst)
-        slot_of[i] = dst
+    """Keep the live sequences in slots 0..n-1 (ModelRunner.compact); the live prompts in slot order."""
+    moved = runner.compact([slot_of[i] for i in live])
+    for i in live:
+        slot_of[i] = moved.get(slot_of[i], slot_of[i])
     return sorted(live, key=lambda i: slot_of[i])
 
 

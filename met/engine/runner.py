@@ -123,6 +123,22 @@ class ModelRunner:
         self.cache.move(src, dst)
         self.seqs[dst] = self.seqs.pop(src)
 
+    def compact(self, slots: list[int]) -> dict[int, int]:
+        """Move the sequences of `slots` that sit at or past len(slots) into the free slots below; {src: dst}.
+
+        A step over slots 0..n-1 reads the KV cache as views; over scattered ones it gathers every
+        slot's keys and values in every layer (at width 14 on CPU, 2x the step). One copy of a
+        sequence's cache when a slot frees in the middle is far cheaper than a gather at every step.
+        """
+        n = len(slots)
+        if not slots or max(slots) < n:
+            return {}
+        taken = set(slots)
+        moves = dict(zip(sorted(s for s in slots if s >= n), [s for s in range(n) if s not in taken]))
+        for src, dst in moves.items():
+            self.move(src, dst)
+        return moves
+
     @torch.inference_mode()
     def prefill(self, slots: list[int], prompts: list[list[int]], samplings: list[Sampling]) -> list[int]:
         """Run prompts of different lengths into free slots; returns each one's first generated token."""

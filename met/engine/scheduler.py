@@ -219,18 +219,14 @@ class Scheduler:
             self._retire(seq, seq.finish)
 
     def _compact(self) -> None:
-        """Move sequences out of the highest slots into lower free ones until the running slots are 0..n-1.
-
-        A step over consecutive slots reads the KV cache as views; over scattered ones it gathers every
-        slot's keys and values in every layer (at width 14 on CPU, 2x the step). One copy of a sequence's
-        cache when a slot frees in the middle is far cheaper than a gather at each of its remaining steps.
-        """
-        while self.free_slots and self.free_slots[0] < len(self.running):
-            seq = max(self.running, key=lambda s: s.slot)
-            dst = heapq.heappop(self.free_slots)
-            self.runner.move(seq.slot, dst)
-            heapq.heappush(self.free_slots, seq.slot)
-            seq.slot = dst
+        """Keep the running sequences in slots 0..n-1 (ModelRunner.compact), the free slots the rest."""
+        if not self.free_slots or self.free_slots[0] >= len(self.running):
+            return  # no free slot below the last running one
+        moved = self.runner.compact([s.slot for s in self.running])
+        for seq in self.running:
+            seq.slot = moved.get(seq.slot, seq.slot)
+        busy = {s.slot for s in self.running}
+        self.free_slots = [s for s in range(self.runner.cache.max_batch) if s not in busy]  # sorted: a heap
 
     def _proposer(self, request: Request) -> Proposer:
         if not self.host_drafts:

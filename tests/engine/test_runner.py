@@ -170,8 +170,15 @@ def test_a_moved_sequence_goes_on_as_if_it_never_moved(model):
     assert _mtp_steps(moved, [0, 1], 6) == _mtp_steps(still, [0, 3], 6)
     with pytest.raises(ValueError, match="free destination"):
         moved.move(0, 1)
+    assert moved.compact([0, 1]) == {}  # already 0..n-1: nothing moves
     with pytest.raises(ValueError, match="busy source"):
         moved.move(3, 2)
+
+
+def test_compact_moves_the_sequences_past_n_into_the_free_slots_below(model):
+    r = ModelRunner(model, 6)
+    r.prefill([0, 3, 5], _prompts(7)[:3], [Sampling()] * 3)
+    assert r.compact([0, 3, 5]) == {3: 1, 5: 2} and sorted(r.seqs) == [0, 1, 2]
 
 
 def test_sampling_with_speculation_is_seeded_and_runs(model):
