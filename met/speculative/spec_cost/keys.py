@@ -1,7 +1,7 @@
 """What a table and a calibration were measured under (TableKey, DrafterKey) and how keys differ."""
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, Self
 
 from met.speculative.spec_cost import fields
