@@ -135,14 +135,31 @@ def key_mismatches(parsed: CostTable | AcceptanceCalibration, recipe: str, box_c
         settings = identity.RunSettings(dtype or identity.default_dtype(device), device,
                                         identity.default_threads(device))
         modes = [m for m in parsed.key.modes if m in identity.KNOWN_MODES]
+        drafter = _dflash_config(found, settings) if "draft_dflash" in modes else None
         mine_key = identity.serve_table_key(found.id, found.config, settings, parsed.key.energy_source,
-                                            modes or ["decode"], box_class)
+                                            modes or ["decode"], box_class, drafter)
     except (RuntimeError, ValueError) as exc:
         raise typer.BadParameter(f"cannot build this box's key: {exc}") from None
     lines = [m.message() for m in parsed.key.check(mine_key)]
     lines += [f"mode '{m}' is not one this met runs ({', '.join(identity.KNOWN_MODES)}); re-measure with this met"
               for m in parsed.key.modes if m not in identity.KNOWN_MODES]
     return lines
+
+
+def _dflash_config(recipe, settings) -> dict:
+    """The config of the recipe's shipped DFlash drafter (its draft_dflash digest covers it); Refusal 66 or 65."""
+    from dataclasses import asdict
+
+    import torch
+
+    from met.model.dflash import load_drafter, shipped_path
+
+    try:
+        return asdict(load_drafter(shipped_path(recipe), recipe.id, getattr(torch, settings.dtype)).cfg)
+    except FileNotFoundError as exc:
+        raise Refusal(EX_NOINPUT, f"cannot compare the key of a DFlash table: {exc}") from None
+    except (ValueError, OSError) as exc:
+        raise Refusal(EX_DATAERR, f"cannot compare the key of a DFlash table: {exc}") from None
 
 
 @tables_app.command("show")

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from met.bench.spec_cost_cli import calibration_path
 from met.cli import app
 from met.engine.identity import RunSettings, plan_digests
-from met.exit_codes import EX_NOINPUT, EX_OK
+from met.exit_codes import EX_CONFIG, EX_NOINPUT, EX_OK
 from met.model.config import ModelConfig
 from met.model.dflash import DflashConfig, DflashDrafter, save_drafter, shipped_path
 from met.speculative.spec_cost import CostTable
@@ -37,6 +37,22 @@ def test_dflash_table_has_its_draft_mode_and_no_calibration(micro, tmp_path):
     assert table.key.modes == ("decode", "draft_dflash", "verify") and table.key.recipe == recipe.id
     assert all(c.draft_s > 0 for c in table.cells if c.k > 0)
     assert not calibration_path(out).exists()
+
+
+def test_tables_check_compares_a_dflash_tables_key_with_the_shipped_drafter(micro, tmp_path):
+    # the draft_dflash digest is rebuilt from the drafter beside the weights: 0 for it, 78 for another, 66 for none
+    recipe, drafter = micro
+    assert CliRunner().invoke(app, ["bench", "spec-cost", "--drafter", "dflash", *FAST]).exit_code == EX_OK
+    out = str(tmp_path / "tables" / "test-box" / "micro-t.dflash.toml")
+    check = ["tables", "check", "--recipe", "micro-t", "--box-class", "test-box", out]
+    result = CliRunner().invoke(app, check)
+    assert result.exit_code == EX_OK, result.output
+    save_drafter(DflashDrafter(replace(drafter.cfg, block=8)), shipped_path(recipe), recipe.id)
+    result = CliRunner().invoke(app, check)
+    assert result.exit_code == EX_CONFIG and "draft_dflash" in result.stderr
+    shipped_path(recipe).unlink()
+    result = CliRunner().invoke(app, check)
+    assert result.exit_code == EX_NOINPUT and "no DFlash drafter at" in result.stderr
 
 
 def test_draft_dflash_digest_covers_the_drafter_config(micro):
