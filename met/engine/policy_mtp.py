@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 
 from met.engine.policy_base import Outcome, StepPlan, clamp_depths, joined
 from met.engine.requests import SeqState
-from met.engine.runner import Draft, ModelRunner
+from met.engine.runner import Draft, ModelRunner, Replan
 from met.speculative.adaptive_rung import AdaptiveRung
 from met.speculative.ladder import mtp_ladder_drafts
 from met.speculative.mtp_gate import MtpGate, Mode
@@ -30,10 +30,11 @@ from met.speculative.spec_capacity import VerifyPools
 from met.speculative.spec_cost import SpecCostState
 
 
-def _draft(runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]:
+def _draft(runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan,
+           replan: Replan | None = None) -> list[Draft]:
     if not any(plan.depths):
         return [Draft([], []) for _ in seqs]
-    return runner.draft_mtp([s.slot for s in seqs], list(plan.depths))
+    return runner.draft_mtp([s.slot for s in seqs], list(plan.depths), replan)
 
 
 class MtpLadderPolicy:
@@ -90,14 +91,12 @@ class MtpPlannedPolicy:
         return StepPlan("mtp" if decision.k else "plain", decision.k, depths, joined(decision.why, clamp), decision)
 
     def draft(self, runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]:
-        if not any(plan.depths):
-            return [Draft([], []) for _ in seqs]
-        width, deepest = len(seqs), max(plan.depths)
+        width, deepest = len(seqs), max(plan.depths, default=0)
 
         def replan(drafted: int, drafts: list[Draft]) -> int:
             return self.state.plan(width, [d.confidences for d in drafts], deepest, drafted).k
 
-        return runner.draft_mtp([s.slot for s in seqs], list(plan.depths), replan)
+        return _draft(runner, seqs, plan, replan)
 
     def observe(self, plan: StepPlan, outcomes: Sequence[Outcome], seconds: float) -> None:
         pass  # the planner is pure: the table and calibration are fixed for the life of the serve
