@@ -122,8 +122,9 @@ def checks(rows: Sequence[Row], runs: Sequence[Run]) -> list[Check]:
             worst = min(fixed, key=lambda f: vs(f, c))
             best = max(fixed, key=lambda f: rate[f, c])
             ok &= vs(worst, c) >= WITHIN_BEST
+            planner = rate["measured", c]
             parts.append(f"c={c}: {vs(worst, c):.3f} of {worst} (of the best median, {best}: "
-                         f"{rate['measured', c]:.1f} vs {rate[best, c]:.1f} tok/s = {rate['measured', c] / rate[best, c]:.3f})")
+                         f"{planner:.1f} vs {rate[best, c]:.1f} tok/s = {planner / rate[best, c]:.3f})")
         out.append(Check(name, ok, f"{'; '.join(parts)} (needs >= {WITHIN_BEST})"))
     else:
         out.append(Check(name, None, "needs the measured planner and fixed depths at every concurrency"))

@@ -185,11 +185,12 @@ class ModelRunner:
 
     @torch.inference_mode()
     def draft_mtp(self, slots: list[int], depths: list[int], replan: Replan | None = None) -> list[Draft]:
-        """MTP drafts: catch-up passes over the rows the MTP block missed (`catchup_groups`), then one pass per extra draft.
+        """MTP drafts: catch-up passes over the rows the MTP block missed, then one pass per further draft.
 
-        replan(j, drafts), when given, is asked after each pass j that is not the deepest with every
-        slot's drafts so far, and returns the depth to draft to: each row keeps at most its own depth;
-        a value at or below j stops drafting there and drops the drafts past it.
+        The catch-up passes are grouped by `catchup_groups`. replan(j, drafts), when given, is asked
+        after each pass j that is not the deepest with every slot's drafts so far, and returns the depth
+        to draft to: each row keeps at most its own depth; a value at or below j stops drafting there
+        and drops the drafts past it.
         """
         depths = list(depths)
         drafts = [Draft([], []) for _ in slots]
