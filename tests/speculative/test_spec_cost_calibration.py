@@ -150,6 +150,20 @@ def test_expected_accepted_matches_running_products(rows, chain):
     assert 0.0 <= total <= len(chain)
 
 
+@given(outcome_rows(), st.lists(confidences, max_size=6), st.integers(0, 8))
+def test_expected_accepted_by_depth_is_each_prefix_padded_with_priors(rows, chain, depth):
+    # The planner's one-pass form: entry k is the chain's first k drafts, priors past its end.
+    cal = AcceptanceCalibration.fit(rows, MTP)
+    by_depth = cal.expected_accepted_by_depth(chain, depth)
+    assert by_depth == [cal.expected_accepted((chain + [None] * k)[:k]) for k in range(depth + 1)]
+
+
+def test_expected_accepted_by_depth_pads_past_the_chain_with_priors():
+    cal = priors_cal()  # priors 0.8, 0.5, then 0.5
+    assert cal.expected_accepted_by_depth([], 3) == pytest.approx([0.0, 0.8, 1.2, 1.4], abs=1e-15)
+    assert cal.expected_accepted_by_depth([None, None, None, None], 1) == [0.0, 0.8]  # drafts past depth unused
+
+
 def test_p_accept_takes_rounding_above_zero_but_refuses_probabilities():
     cal = AcceptanceCalibration.fit(outcomes(LOW, 30, 100) + outcomes(HIGH, 95, 100), MTP)
     assert cal.p_accept(1e-6, 1) == 0.95  # a float32 log_softmax a hair above 0

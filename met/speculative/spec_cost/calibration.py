@@ -148,11 +148,20 @@ class AcceptanceCalibration:
 
     def expected_accepted(self, chain: Sequence[float | None]) -> float:
         """Expected accepted drafts of a chain (its drafts' confidences in order): the sum of running products."""
-        total, running = 0.0, 1.0
-        for position, confidence in enumerate(chain, start=1):
-            running *= self.p_accept(confidence, position)
+        return self.expected_accepted_by_depth(chain, len(chain))[-1]
+
+    def expected_accepted_by_depth(self, chain: Sequence[float | None], depth: int) -> list[float]:
+        """expected_accepted of the chain's first k drafts for every k in 0..=depth, in one pass.
+
+        Drafts past the end of `chain` have no confidence: their position priors apply.
+        Example: priors 0.5 everywhere and no confidences give [0, 0.5, 0.75] at depth 2.
+        """
+        totals, total, running = [0.0], 0.0, 1.0
+        for position in range(1, depth + 1):
+            running *= self.p_accept(chain[position - 1] if position <= len(chain) else None, position)
             total += running
-        return total
+            totals.append(total)
+        return totals
 
     def to_toml(self) -> str:
         """The calibration as TOML text; parse(to_toml()) gives back an equal calibration."""

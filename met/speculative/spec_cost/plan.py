@@ -64,12 +64,15 @@ def estimate_depths(table: CostTable, calibration: AcceptanceCalibration, width:
         raise ValueError(f"kmax {kmax} is negative")
     if isinstance(drafted, bool) or not isinstance(drafted, int) or not 0 <= drafted <= deepest:
         raise ValueError(f"drafted {drafted!r} is not in 0..={deepest}")
-    chains = [list(c) for c in confidences] if confidences is not None else [[] for _ in range(width)]
+    chains = confidences if confidences is not None else [()] * width
+    # Each sequence emits its accepted drafts plus the one bonus token; k = 0 emits exactly 1.
+    tokens_at = [float(width)] * (deepest + 1)
+    for chain in chains:
+        for k, accepted in enumerate(calibration.expected_accepted_by_depth(chain, deepest)):
+            tokens_at[k] += accepted
     spent = table.cell(width, drafted)
     estimates = []
-    for k in range(deepest + 1):
-        # Each sequence emits its accepted drafts plus the one bonus token; k = 0 emits exactly 1.
-        tokens = sum(1.0 + calibration.expected_accepted((c[:k] + [None] * k)[:k]) for c in chains)
+    for k, tokens in enumerate(tokens_at):
         cell = table.cell(width, k)
         drafts = cell if k >= drafted else spent
         wall = cell.verify_s + drafts.draft_s
