@@ -59,7 +59,8 @@ ContextOpt = Annotated[int | None, typer.Option(
          "as a serve's (default: 256; --quick: 64).",
     show_default=False)]
 RepeatsOpt = Annotated[int | None, typer.Option(
-    "--repeats", min=1, max=1000, help="Windows per cell; the figure is their median (default: 9; --quick: 3).",
+    "--repeats", min=1, max=1000, help="Windows per cell; the figure is their median, each paired with its width's "
+    "windows of the same repeat (default: 9; --quick: 3).",
     show_default=False)]
 WindowOpt = Annotated[float | None, typer.Option(
     "--window", min=0.001, max=600.0,
@@ -131,8 +132,10 @@ def spec_cost(
     """Measure what a verify step and an MTP draft step cost at each width and depth on this box; write the table.
 
     Every cell (n, k) is warmed up, then timed in windows of many identical steps, one window per
-    repeat with the cells in a new shuffled order each repeat; the table keeps each cell's median
-    and its spread. The run holds a lock beside the table and replaces the table atomically, so
+    repeat; each repeat times a width's steps back to back (widths and steps in a new shuffled
+    order), and a cell's time is its median over repeats paired with its width's other windows of
+    the same repeat, so a slowdown they share cancels. The table keeps each figure and the spread
+    of the raw windows. The run holds a lock beside the table and replaces the table atomically, so
     cron may run it unattended. When a table is already there, each cell's change is printed.
     A checkpoint folder (--model PATH) has no MTP drafter: its table holds the plain decode cells
     (k = 0) of each width, its recipe is the folder's model name and weights digest, and no

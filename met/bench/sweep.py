@@ -2,9 +2,16 @@
 
 For every cell the same step is timed in windows of many identical steps (a StepFixture puts
 the state back after each). Windows are sized once per cell after a warm-up, then every cell
-gets one window per repeat, the cells visited in a new shuffled order each repeat, so drift
-and heat spread over all depths instead of biasing the last ones. A cell's figure is the median
-over its repeats of the window's cost per step; its spread is the interquartile range of those.
+gets one window per repeat. Each repeat visits the widths in a new shuffled order and, within a
+width, all its steps (verify and draft at every depth) back to back in a new shuffled order.
+
+What the planner compares is depths at one width, so a cell's time is paired with its width's
+other steps of the same repeat: each window's cost per step is divided by the geometric mean of
+its width's windows in that repeat, the median of those ratios is taken over the repeats, and it
+is scaled back by the median of the geometric means. A slowdown shared by a width's back-to-back
+windows (a busy neighbour on a shared host, a clock change) cancels instead of ranking one depth
+above another. Joules (long windows, one device counter) are plain medians. A cell's spread is the
+interquartile range of its raw windows.
 """
 
 import math
@@ -162,26 +169,30 @@ def measure(model: Transformer, meter: Meter, params: SweepParams,
         series[task] = Series(_steps_for(fixture, task, window_s, params.warmup_s))
         done += 1
         on_window(done, total, f"warm-up {task.label}")
+    groups = {n: [t for t in todo if t.n == n] for n in params.widths}
     order = random.Random(params.seed)
     for repeat in range(params.repeats):
-        shuffled = todo[:]
-        order.shuffle(shuffled)
-        for task in shuffled:
+        for task in _visit_order(groups, order):
             reading, steps = _window(fixture, task, meter, series[task].steps)
             series[task].seconds.append(reading.seconds / steps)
             if reading.joules is not None:
                 series[task].joules.append(reading.joules / steps)
             done += 1
             on_window(done, total, f"repeat {repeat + 1}/{params.repeats} {task.label}")
-    cells = tuple(_cell(n, k, series, meter.source != "none")
+    seconds: dict[Task, float] = {}
+    for group in groups.values():
+        seconds |= paired_seconds({t: series[t].seconds for t in group})
+    cells = tuple(_cell(n, k, series, seconds, meter.source != "none")
                   for n in params.widths for k in range(params.max_depth + 1))
     steps = [series[t].steps for t in todo]
     meta = {"context_len": params.context_len, "repeats": params.repeats, "window_s": window_s,
             "warmup_s": params.warmup_s, "steps_per_window_min": min(steps), "steps_per_window_max": max(steps),
             "catchup_rows": "depth + 1 before a draft of that depth (all of a step's drafts accepted)",
-            "cell_order": "shuffled per repeat (seed "
-            f"{params.seed})", "figure": "median over repeats of window cost / steps",
-            "spread": "interquartile range over repeats, same unit"}
+            "cell_order": f"per repeat, widths shuffled, each width's steps back to back, shuffled "
+                          f"(seed {params.seed})",
+            "figure": "seconds: median over repeats of window cost / steps over the geometric mean of its width's "
+                      "windows that repeat, times the median of those means; joules: median over repeats",
+            "spread": "interquartile range of the raw windows over repeats, same unit"}
     return SweepResult(cells, meta)
 
 
@@ -226,13 +237,41 @@ def _window(fixture: StepFixture, task: Task, meter: Meter, steps: int) -> tuple
     raise AssertionError("unreachable")
 
 
-def _cell(n: int, k: int, series: dict[Task, Series], energy: bool) -> Cell:
-    """The cell's medians and spreads; at k = 0 nothing is drafted, so its draft costs are exactly 0."""
+def _visit_order(groups: dict[int, list[Task]], order: random.Random) -> list[Task]:
+    """One repeat's windows: the widths shuffled, each width's tasks back to back in a shuffled order."""
+    widths = list(groups)
+    order.shuffle(widths)
+    visits = []
+    for n in widths:
+        group = groups[n][:]
+        order.shuffle(group)
+        visits += group
+    return visits
+
+
+def paired_seconds(windows: dict[Task, list[float]]) -> dict[Task, float]:
+    """Each task's figure from windows timed together (every task's window r back to back): see the module docstring.
+
+    Example: two tasks whose windows are (1, 2) and (2, 4) seconds: both repeats have ratios 1/sqrt(2)
+    and sqrt(2) to their geometric means (sqrt(2), 2sqrt(2)), whose median is 1.5 sqrt(2): figures 1.5 and 3.0.
+    """
+    repeats = {len(w) for w in windows.values()}
+    if len(repeats) != 1 or not repeats.pop():
+        raise ValueError("every task of a width needs the same number of windows, at least one")
+    means = [math.exp(statistics.fmean(math.log(w[r]) for w in windows.values()))
+             for r in range(len(next(iter(windows.values()))))]
+    scale = statistics.median(means)
+    return {task: statistics.median(x / m for x, m in zip(w, means)) * scale for task, w in windows.items()}
+
+
+def _cell(n: int, k: int, series: dict[Task, Series], seconds: dict[Task, float], energy: bool) -> Cell:
+    """The cell's figures and spreads; at k = 0 nothing is drafted, so its draft costs are exactly 0."""
     verify = series[Task(n, k, "verify")]
     draft = series.get(Task(n, k, "draft"))
     values: dict[str, float | None] = {
-        "verify_s": _median(verify.seconds), "verify_s_spread": _iqr(verify.seconds),
-        "draft_s": _median(draft.seconds) if draft else 0.0, "draft_s_spread": _iqr(draft.seconds) if draft else 0.0}
+        "verify_s": _round(seconds[Task(n, k, "verify")]), "verify_s_spread": _iqr(verify.seconds),
+        "draft_s": _round(seconds[Task(n, k, "draft")]) if draft else 0.0,
+        "draft_s_spread": _iqr(draft.seconds) if draft else 0.0}
     if energy:
         values |= {"verify_j": _median(verify.joules), "verify_j_spread": _iqr(verify.joules),
                    "draft_j": _median(draft.joules) if draft else 0.0,

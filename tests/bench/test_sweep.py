@@ -1,11 +1,15 @@
 """The sweep (met.bench.sweep) and its StepFixture on the micro preset with random weights."""
 
+import math
+
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from met.bench.meters import EnergyReadError, Reading, WallMeter
 from met.bench.step_fixture import StepFixture
-from met.bench.sweep import SweepParams, Task, check_fits, measure, tasks
+from met.bench.sweep import SweepParams, Task, check_fits, measure, paired_seconds, tasks
 from met.engine.runner import ModelRunner
 from met.speculative.spec_cost import CostTable, TableKey
 
@@ -104,6 +108,35 @@ def test_measure_writes_cells_that_make_a_valid_table(micro_model):
     # interleaved: each repeat visits every task once, in its own order
     repeats = [[lab.split(" ", 2)[2] for _, _, lab in labels if lab.startswith(f"repeat {r}/")] for r in (1, 2)]
     assert sorted(repeats[0]) == sorted(repeats[1]) and repeats[0] != repeats[1]
+    for visits in repeats:  # a width's steps back to back: the widths change once per repeat
+        widths = [lab.split(" ")[0] for lab in visits]
+        assert sum(a != b for a, b in zip(widths, widths[1:])) == 1
+
+
+def test_paired_seconds_worked_example():
+    a, b = Task(1, 0, "verify"), Task(1, 1, "verify")
+    figures = paired_seconds({a: [1.0, 2.0], b: [2.0, 4.0]})
+    assert figures[a] == pytest.approx(1.5) and figures[b] == pytest.approx(3.0)
+
+
+windows = st.lists(st.floats(1e-4, 1.0), min_size=3, max_size=3)
+
+
+@given(st.lists(windows, min_size=1, max_size=6), st.integers(0, 2), st.floats(0.2, 5.0))
+def test_a_slowdown_shared_by_a_repeats_windows_does_not_change_how_tasks_compare(series, repeat, factor):
+    # Plain per-task medians fail this: a repeat where every window ran 5x slower can move one task's
+    # median and not another's. Paired with its repeat's mean, a shared factor cancels.
+    tasks_ = [Task(1, k, "verify") for k in range(len(series))]
+    before = paired_seconds(dict(zip(tasks_, series)))
+    slowed = [[x * factor if r == repeat else x for r, x in enumerate(w)] for w in series]
+    after = paired_seconds(dict(zip(tasks_, slowed)))
+    for t in tasks_:
+        assert math.isclose(after[t] / after[tasks_[0]], before[t] / before[tasks_[0]], rel_tol=1e-9)
+
+
+def test_paired_seconds_refuses_ragged_windows():
+    with pytest.raises(ValueError, match="same number of windows"):
+        paired_seconds({Task(1, 0, "verify"): [1.0], Task(1, 1, "verify"): [1.0, 2.0]})
 
 
 def test_measure_with_energy_records_joules_and_retries_a_refused_window(micro_model):
