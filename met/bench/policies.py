@@ -6,9 +6,10 @@ concurrency, every request submitted at once into `concurrency` slots, so that m
 flight until the queue runs dry; the calling thread ticks it until the last request finishes.
 A run's tokens/s is its completion tokens over the wall seconds from the first submit to the
 last finish (prefill, admission and streaming included, the same for every policy).
-Runs go repeat by repeat, each concurrency in turn, the policies in order within it
-(A B C A B C ...), so a drift of the box's load falls on every policy alike. One short warm-up
-run per policy and concurrency comes first and is not kept.
+Runs go repeat by repeat, each concurrency in turn, the policies in order within it, the order
+reversed every other repeat (A B C C B A A B C ...): a drift of the box's speed falls on every
+policy alike, and a steady one favours no policy for running first. One short warm-up run per
+policy and concurrency comes first and is not kept.
 """
 
 import time
@@ -210,8 +211,11 @@ def run_all(model: Transformer, model_id: str, factories: Mapping[str, PolicyFac
                 progress(done, total, f"warm-up {name} c={c}")
     runs = []
     for repeat in range(workload.repeats):
+        order = list(factories.items())
+        if repeat % 2:
+            order.reverse()
         for c, runner in runners.items():
-            for name, factory in factories.items():
+            for name, factory in order:
                 runs.append(measure_run(runner, name, factory, model_id, workload, repeat))
                 done += 1
                 if progress:

@@ -106,8 +106,9 @@ def policies(
     Policies: off; fixed-1..fixed-4 (MTP at that depth every step); static (MTP gate, ladder and
     adaptive rung: met serve --spec mtp); prompt-lookup; measured (the cost table's planner:
     met serve --spec mtp --spec-cost-model measured). Each runs at every concurrency, interleaved over
-    the repeats; greedy outputs must be identical everywhere. Prints and writes the report with
-    PASS/FAIL for the issue's checks (a FAIL there is a result, not an error: the status stays 0).
+    the repeats (the order reversed every other repeat); greedy outputs must be identical everywhere.
+    Prints and writes the report with PASS/FAIL for the issue's checks (a FAIL there is a result, not
+    an error: the status stays 0).
 
     Exit statuses: 0 results written; 2 bad option value (or fewer held-out prompts here than
     --prompts); 65 (EX_DATAERR) the cost table or calibration is missing or invalid; 66 (EX_NOINPUT)

@@ -176,7 +176,7 @@ def markdown(meta: dict, rows: Sequence[Row], results: Sequence[Check], problems
              f"calibration: `{meta['calibration'] or 'none'}`; when: {meta['when']}", "",
              f"Workload: {w['prompts']} held-out code prompts ({w['prompt_source']}), {w['max_tokens']} tokens each, "
              f"greedy; concurrency {', '.join(map(str, w['concurrencies']))}; {w['repeats']} repeats, policies "
-             f"interleaved; verify pools: {meta['pools']}.", "",
+             f"interleaved (order reversed every other repeat); verify pools: {meta['pools']}.", "",
              "| policy | concurrency | tok/s (median) | min..max | spread | vs off | tok/s in steps | J/token "
              "| mean accepted length | emitted per verify | acceptance per position |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]

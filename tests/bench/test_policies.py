@@ -76,6 +76,13 @@ def test_every_policy_and_concurrency_has_a_row(runs):
     assert [r.policy for r in rows[:8]] == list(pol.POLICIES)  # interleaved order kept
 
 
+def test_runs_interleave_policies_the_order_reversed_every_other_repeat(runs):
+    # A B C at each concurrency in repeat 0, C B A in repeat 1: a steady drift favours no policy
+    for repeat, order in ((0, list(pol.POLICIES)), (1, list(reversed(pol.POLICIES)))):
+        done = [(r.concurrency, r.policy) for r in runs if r.repeat == repeat]
+        assert done == [(c, name) for c in CONCURRENCIES for name in order]
+
+
 def test_greedy_outputs_are_identical_across_policies_and_concurrencies(runs):
     # the engine's guarantee: no run differs from the first, by tokens or by text
     assert mismatches(runs) == []
