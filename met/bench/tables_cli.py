@@ -5,6 +5,7 @@ under this box's key, 65 (EX_DATAERR) when it is not valid (not UTF-8, not TOML,
 invalid: one line naming the field path and its value), 66 (EX_NOINPUT) when it does not exist
 or cannot be read (or the recipe to compare with has no weights here), and 78 (EX_CONFIG) when
 its key is not this box's and recipe's (every mismatch listed); `--no-key` checks the file alone.
+PATH may be a folder: every *.toml under it is checked, and the status is the first failure's.
 """
 
 import tomllib
@@ -23,7 +24,8 @@ from met.speculative.spec_cost.plan import choose, estimate_depths
 
 tables_app = typer.Typer(help="Check and show measured cost tables.", no_args_is_help=True)
 
-FileArg = Annotated[Path, typer.Argument(help="A cost table or calibration file (TOML).", show_default=False)]
+FileArg = Annotated[Path, typer.Argument(
+    help="A cost table or calibration file (TOML), or a folder of them (every *.toml under it).", show_default=False)]
 TableArg = Annotated[Path, typer.Argument(help="A cost table file (TOML).", show_default=False)]
 CalibrationOpt = Annotated[
     Path | None,
@@ -92,7 +94,23 @@ def check(path: FileArg, no_key: NoKeyOpt = False, recipe: RecipeOpt = DEFAULT_R
 
     Exit 0 valid and measured under this key, 65 invalid (naming the field), 66 unreadable,
     78 measured under another key (every mismatch listed; --no-key skips the comparison).
+    A folder: every *.toml under it (hidden files aside) is checked and reported, one after the
+    other; the status is the first failure's in path order (66 when it holds no *.toml at all).
     """
+    if not path.is_dir():
+        raise typer.Exit(_check_one(path, no_key, recipe, box_class, device, dtype))
+    files = sorted(f for f in path.rglob("*.toml") if not f.name.startswith("."))
+    if not files:
+        raise _refuse(Refusal(EX_NOINPUT, f"{path}: a folder with no *.toml files to check"))
+    codes = [_check_one(f, no_key, recipe, box_class, device, dtype) for f in files]
+    failed = [c for c in codes if c != EX_OK]
+    typer.echo(f"{path}: {len(files) - len(failed)} of {len(files)} files pass")
+    raise typer.Exit(failed[0] if failed else EX_OK)
+
+
+def _check_one(path: Path, no_key: bool, recipe: str, box_class: str | None, device: str | None,
+               dtype: str | None) -> int:
+    """Check one file, print its line (stdout) or its refusal (stderr); its exit status."""
     try:
         parsed = load(path)
         if not no_key:
@@ -102,7 +120,8 @@ def check(path: FileArg, no_key: NoKeyOpt = False, recipe: RecipeOpt = DEFAULT_R
                 raise Refusal(EX_CONFIG, f"{lines}\n{path}: measured under another key ({len(mismatches)} "
                               "mismatches); re-measure here, or pass --no-key to check the file alone")
     except Refusal as exc:
-        raise _refuse(exc) from None
+        typer.echo(str(exc), err=True)
+        return exc.code
     if isinstance(parsed, CostTable):
         k = parsed.key
         typer.echo(f"{path}: valid cost table: box_class '{k.box_class}', recipe '{k.recipe}', "
@@ -111,7 +130,7 @@ def check(path: FileArg, no_key: NoKeyOpt = False, recipe: RecipeOpt = DEFAULT_R
     else:
         typer.echo(f"{path}: valid calibration for drafter {parsed.drafter}: {parsed.outcomes} outcomes, "
                    f"{len(parsed.bins)} confidence bins, {len(parsed.position_priors)} position priors")
-    raise typer.Exit(EX_OK)
+    return EX_OK
 
 
 def key_mismatches(parsed: CostTable | AcceptanceCalibration, recipe: str, box_class: str | None,

@@ -144,7 +144,29 @@ def test_check_says_66_when_there_is_nothing_to_read(tmp_path):
     code, _, err = check(tmp_path / "nope.toml")
     assert code == EX_NOINPUT and err == f"{tmp_path / 'nope.toml'}: no such file\n"
     code, _, err = check(tmp_path)
-    assert code == EX_NOINPUT and "is a directory" in err
+    assert code == EX_NOINPUT and err == f"{tmp_path}: a folder with no *.toml files to check\n"
+
+
+def test_check_of_a_folder_checks_every_toml_under_it_and_exits_with_the_first_failure(tmp_path):
+    write(tmp_path, TABLE, "a.toml")
+    (tmp_path / "box").mkdir()
+    write(tmp_path / "box", calibration_text(), "b.calibration.toml")
+    write(tmp_path / "box", mistype("verify_s = 0.0071", "verify_s = -0.2"), "c.toml")
+    write(tmp_path / "box", "not a table", "d.toml")
+    write(tmp_path, "lock", "a.toml.lock")  # not *.toml: left alone, as is a killed write's hidden temp
+    write(tmp_path, "junk", ".a.toml.123.tmp.toml")
+    code, out, err = check(tmp_path)
+    assert code == EX_DATAERR  # c.toml's, the first failure in path order (d.toml's is 65 too)
+    lines = out.splitlines()
+    assert lines[0].startswith(f"{tmp_path / 'a.toml'}: valid cost table")
+    assert lines[1].startswith(f"{tmp_path / 'box' / 'b.calibration.toml'}: valid calibration")
+    assert out.splitlines()[-1] == f"{tmp_path}: 2 of 4 files pass"
+    assert [line.split(": ")[0] for line in err.splitlines()] == [str(tmp_path / "box" / "c.toml"),
+                                                                  str(tmp_path / "box" / "d.toml")]
+    (tmp_path / "box" / "c.toml").unlink()
+    (tmp_path / "box" / "d.toml").unlink()
+    code, out, err = check(tmp_path)
+    assert code == EX_OK and err == "" and out.splitlines()[-1] == f"{tmp_path}: 2 of 2 files pass"
 
 
 def calibration_text() -> str:
