@@ -16,6 +16,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         raise pytest.UsageError("no tests collected: the suite is missing or its paths are wrong")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _met_cache_dir(tmp_path_factory):
+    """met's digest cache in a temporary folder (subprocesses inherit it): the suite never writes ~/.cache."""
+    os.environ["MET_CACHE_DIR"] = str(tmp_path_factory.mktemp("met-cache"))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Tiny test models run fastest on one thread, and so do two test processes sharing two cores."""
     try:

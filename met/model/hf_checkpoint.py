@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
+from met.model.digest_cache import cached_digest
 from met.model.hf_config import CheckpointError, read_hf_config
 from met.model.kv_cache import PAD_ROOM
 from met.model.recipes import Recipe, RecipeError
@@ -68,7 +69,7 @@ def hf_recipe(folder: Path) -> Recipe:
     name = model_name(folder, hf.hub_id)
     card = {"source": "hf", "folder": str(folder), "architecture": hf.architecture, "hub_id": hf.hub_id,
             "files": [f.name for f in files], "eos_ids": list(hf.eos_ids)}
-    return Recipe(name, hf.config, folder, files_digest(files), card, source="hf")
+    return Recipe(name, hf.config, folder, cached_digest(folder, files, files_digest), card, source="hf")
 
 
 def load_hf(recipe: Recipe, dtype: torch.dtype = torch.float32, device: str = "cpu") -> Transformer:
