@@ -19,6 +19,7 @@ from met import __version__
 from met.bench import calibrate as cal
 from met.bench.meters import ENERGY_CHOICES, EnergyReadError, EnergyUnavailable, Meter, open_meter
 from met.bench.progress import Reporter
+from met.bench.loop_sweep import measure_in_loop
 from met.bench.sweep import QUICK, SweepParams, check_fits, measure
 from met.bench.table_files import (LockHeld, TableLock, Unwritable, changes, read_existing, remove_stale_temps,
                                    write_atomic)
@@ -27,9 +28,11 @@ from met.engine.identity import (RunSettings, apply_threads, box_class, default_
 from met.engine.prompts import PromptError, PromptsMissing
 from met.exit_codes import EX_CANTCREAT, EX_DATAERR, EX_NOINPUT, EX_OK, EX_TEMPFAIL, EX_UNAVAILABLE
 from met.model.dflash import DflashDrafter, load_drafter, shipped_path
+from met.model.corpus import heldout_prompts
 from met.model.hf_config import CheckpointError
 from met.model.recipes import DEFAULT_RECIPE, Recipe, RecipeError, embedded
 from met.model.sources import is_path, recipe_name, resolve
+from met.model.tokenizer import encode
 from met.speculative.spec_cost import AcceptanceCalibration, CostTable, SpecCostError, TableParseError
 
 EX_USAGE = 2  # what click answers a bad option with; the command uses it for bad values it finds later
@@ -56,7 +59,7 @@ DepthOpt = Annotated[int | None, typer.Option(
 ContextOpt = Annotated[int | None, typer.Option(
     "--context-len", min=1,
     help="Tokens in the first sequence's KV cache while timing; sequence i holds i fewer, a ragged batch "
-         "as a serve's (default: 256; --quick: 64).",
+         "as a serve's (in-loop: bytes of each held-out prompt) (default: 256; --quick: 64).",
     show_default=False)]
 RepeatsOpt = Annotated[int | None, typer.Option(
     "--repeats", min=1, max=1000, help="Windows per cell; the figure is their median, each paired with its width's "
@@ -64,7 +67,8 @@ RepeatsOpt = Annotated[int | None, typer.Option(
     show_default=False)]
 WindowOpt = Annotated[float | None, typer.Option(
     "--window", min=0.001, max=600.0,
-    help="Shortest window in seconds (NVML: at least 1) (default: 0.4; --quick: 0.03).", show_default=False)]
+    help="Shortest window in seconds (NVML: at least 1; unused in-loop) (default: 0.4; --quick: 0.03).",
+    show_default=False)]
 EnergyOpt = Annotated[str, typer.Option(
     "--energy", help="Energy source: auto (NVML on a GPU, RAPL on a CPU, where they work; else none), nvml, "
     "rapl, none.")]
@@ -131,11 +135,14 @@ def spec_cost(
 ) -> None:
     """Measure what a verify step and an MTP draft step cost at each width and depth on this box; write the table.
 
-    Every cell (n, k) is warmed up, then timed in windows of many identical steps, one window per
-    repeat; each repeat times a width's steps back to back (widths and steps in a new shuffled
-    order), and a cell's time is its median over repeats paired with its width's other windows of
-    the same repeat, so a slowdown they share cancels. The table keeps each figure and the spread
-    of the raw windows. The run holds a lock beside the table and replaces the table atomically, so
+    Without an energy source (--energy none, or auto where none works) an embedded recipe's cells
+    are timed inside running decodes: per cell, held-out prompts through the scheduler at that
+    width drafting k every step, the median of its full steps (a step timed alone, again and
+    again, runs with caches warm for it and prices plain decode too cheaply on a CPU). With
+    energy, for a checkpoint folder and for DFlash, each cell is timed in windows of many
+    identical steps. Either way each repeat times a width's cells back to back (widths and cells
+    in a new shuffled order), and a cell's time is its median over repeats paired with its
+    width's other cells of the same repeat, so a slowdown they share cancels. The run holds a lock beside the table and replaces the table atomically, so
     cron may run it unattended. When a table is already there, each cell's change is printed.
     A checkpoint folder (--model PATH) has no MTP drafter: its table holds the plain decode cells
     (k = 0) of each width, its recipe is the folder's model name and weights digest, and no
@@ -255,15 +262,25 @@ def _sweep(req: Request, params: SweepParams, recipe: Recipe, model: torch.nn.Mo
            reporter: Reporter, block: DflashDrafter | None = None) -> CostTable:
     """The measured table, validated exactly as a reader will parse it."""
     s = req.settings
+    prompts = _loop_prompts(recipe, params) if meter.source == "none" and block is None else None
+    how = "a short decode per cell, timed in the loop" if prompts else f"{params.window_s:g} s windows"
     reporter.say(f"measuring {recipe.id} on {device_name(s.device)} ({s.device}, {s.dtype}, {s.threads} threads): "
                  f"widths {','.join(map(str, params.widths))}, depths 0..={params.max_depth}, "
-                 f"{params.repeats} repeats of {params.window_s:g} s windows")
+                 f"{params.repeats} repeats of {how}")
     started = time.perf_counter()
+
+    def progress(done: int, total: int, label: str) -> None:
+        reporter.step("sweep", done, total, label)
+
     try:
-        result = measure(model, meter, params, lambda done, total, label: reporter.step("sweep", done, total, label),
-                         block)
+        if prompts:
+            result = measure_in_loop(model, recipe.id, prompts, params, progress)
+        else:
+            result = measure(model, meter, params, progress, block)
     except EnergyReadError as exc:
         raise Refusal(EX_UNAVAILABLE, f"the energy source stopped giving usable readings: {exc}") from None
+    except ValueError as exc:  # the in-loop decode does not fit the model's context
+        raise Refusal(EX_USAGE, str(exc)) from None
     draft_mode = "draft_dflash" if block is not None else "draft_mtp"
     modes = ("decode", "verify", draft_mode) if params.max_depth else ("decode",)
     key = serve_table_key(recipe.id, recipe.config, s, meter.source, modes, req.box_override,
@@ -318,6 +335,21 @@ def _block_drafter(recipe: Recipe, settings: RunSettings) -> DflashDrafter:
         return load_drafter(path, recipe.id, getattr(torch, settings.dtype), settings.device)
     except (ValueError, OSError) as exc:
         raise Refusal(EX_DATAERR, str(exc)) from None
+
+
+def _loop_prompts(recipe: Recipe, params: SweepParams) -> list[list[int]] | None:
+    """Prompts for the in-loop sweep: held-out file openings of --context-len bytes, cycled to the widest width.
+
+    None (time the steps in windows instead) for a checkpoint folder (its tokenizer is not the byte
+    tokenizer the scheduler's text stream assumes here) or where no held-out files are readable.
+    """
+    if recipe.source != "embedded":
+        return None
+    texts = heldout_prompts(max(params.widths), params.context_len)
+    if not texts:
+        return None
+    ids = [encode(t) for t in texts]
+    return [ids[i % len(ids)] for i in range(max(params.widths))]
 
 
 def _without_drafter(req: Request, recipe: Recipe, params: SweepParams) -> SweepParams:

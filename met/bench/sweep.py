@@ -269,27 +269,28 @@ def _cell(n: int, k: int, series: dict[Task, Series], seconds: dict[Task, float]
     verify = series[Task(n, k, "verify")]
     draft = series.get(Task(n, k, "draft"))
     values: dict[str, float | None] = {
-        "verify_s": _round(seconds[Task(n, k, "verify")]), "verify_s_spread": _iqr(verify.seconds),
-        "draft_s": _round(seconds[Task(n, k, "draft")]) if draft else 0.0,
-        "draft_s_spread": _iqr(draft.seconds) if draft else 0.0}
+        "verify_s": round_figure(seconds[Task(n, k, "verify")]), "verify_s_spread": iqr(verify.seconds),
+        "draft_s": round_figure(seconds[Task(n, k, "draft")]) if draft else 0.0,
+        "draft_s_spread": iqr(draft.seconds) if draft else 0.0}
     if energy:
-        values |= {"verify_j": _median(verify.joules), "verify_j_spread": _iqr(verify.joules),
+        values |= {"verify_j": _median(verify.joules), "verify_j_spread": iqr(verify.joules),
                    "draft_j": _median(draft.joules) if draft else 0.0,
-                   "draft_j_spread": _iqr(draft.joules) if draft else 0.0}
+                   "draft_j_spread": iqr(draft.joules) if draft else 0.0}
     return Cell(n, k, **values)
 
 
 def _median(values: list[float]) -> float:
-    return _round(statistics.median(values))
+    return round_figure(statistics.median(values))
 
 
-def _iqr(values: list[float]) -> float:
+def iqr(values: list[float]) -> float:
+    """Interquartile range of repeated measurements (0 for fewer than two)."""
     if len(values) < 2:
         return 0.0
     q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return _round(max(0.0, q3 - q1))
+    return round_figure(max(0.0, q3 - q1))
 
 
-def _round(value: float) -> float:
+def round_figure(value: float) -> float:
     """Five significant digits: far finer than any window repeats, and a table diff stays readable."""
     return float(f"{value:.5g}")

@@ -46,6 +46,8 @@ def test_quick_writes_a_table_and_calibration_that_parse(quick_run, micro_recipe
     assert table.key.recipe == micro_recipe.id and table.key.modes == ("decode", "draft_mtp", "verify")
     cal = AcceptanceCalibration.parse(calibration_path(out).read_text())
     assert (cal.drafter.kind, cal.drafter.name, cal.drafter.digest) == ("mtp", "micro-random", micro_recipe.digest)
+    # no energy source: every cell was timed inside running decodes, not in windows of one step
+    assert table.meta["method"].startswith("in-loop") and "window_s" not in table.meta
 
 
 def test_tables_check_accepts_the_table_on_this_box(quick_run, use_micro):

@@ -1,0 +1,136 @@
+"""The sweep timed inside a running decode: each cell's draft and verify steps as the scheduler runs them.
+
+The window sweep (met.bench.sweep) times one step again and again on a held state. On a CPU its
+caches then stay warm for that step alone: a plain decode step costs 12-20% less there than the
+same step between a real scheduler's steps, and a short draft step 25-40% less, which prices
+plain decode too cheaply against speculation. Here a cell (n, k) is a short real decode: n
+held-out prompts through a Scheduler drafting k every step (k = 0: plain decode), on the same
+engine path a serve runs. The draft step is timed around the policy's draft call; the verify
+step is the rest of the step's wall time as the scheduler measures it. Steps narrower than n
+(a request ended early), drafting fewer than k (KV room), or among the first SKIP_STEPS of a run
+(the prompt's MTP catch-up) are not counted; a run's figure is the median of its counted steps.
+Runs go as the window sweep's windows do (each repeat, the widths shuffled and a width's cells
+back to back, shuffled), and figures are paired the same way (sweep.paired_seconds).
+
+Wall time only: an energy meter needs long windows of one identical step, which the window
+sweep keeps; `met bench spec-cost` uses this sweep when the table has no energy source.
+"""
+
+import random
+import statistics
+import time
+from collections.abc import Callable, Sequence
+
+from met.bench import policies
+from met.bench.sweep import SweepParams, SweepResult, Task, iqr, paired_seconds, round_figure, tasks
+from met.engine.policy_base import Outcome, PlainPolicy, Policy, StepPlan
+from met.engine.policy_mtp import MtpFixedPolicy
+from met.engine.requests import SeqState
+from met.engine.runner import Draft, ModelRunner
+from met.model.transformer import Transformer
+from met.speculative.spec_capacity import VerifyPools
+from met.speculative.spec_cost import Cell
+
+LOOP_TOKENS = 48  # tokens each request decodes in one run
+SKIP_STEPS = 2  # a run's first steps carry the prompt's MTP catch-up: not counted
+
+
+class _Timed:
+    """A policy wrapper that keeps each counted step's (draft seconds, verify seconds)."""
+
+    def __init__(self, policy: Policy, width: int, depth: int) -> None:
+        self.policy, self.name = policy, policy.name
+        self.width, self.depth = width, depth
+        self.draft_s = 0.0
+        self.seen = 0
+        self.steps: list[tuple[float, float]] = []
+
+    def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
+        return self.policy.plan(runner, seqs)
+
+    def draft(self, runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]:
+        start = time.perf_counter()
+        drafts = self.policy.draft(runner, seqs, plan)
+        self.draft_s = time.perf_counter() - start
+        return drafts
+
+    def observe(self, plan: StepPlan, outcomes: Sequence[Outcome], seconds: float) -> None:
+        self.seen += 1
+        if self.seen > SKIP_STEPS and len(outcomes) == self.width and all(o.proposed == self.depth for o in outcomes):
+            self.steps.append((self.draft_s, max(seconds - self.draft_s, 1e-9)))
+        self.policy.observe(plan, outcomes, seconds)
+
+
+def run_cell(runner: ModelRunner, model_id: str, prompts: Sequence[Sequence[int]], depth: int,
+             tokens: int = LOOP_TOKENS) -> list[tuple[float, float]]:
+    """One decode of len(prompts) requests (the runner's width) at a fixed depth: its counted steps' (draft, verify)."""
+    width = runner.cache.max_batch
+    if len(prompts) != width:
+        raise ValueError(f"{len(prompts)} prompts for a runner of width {width}")
+    pools = VerifyPools(((width, depth),))  # no pool clamp: every sequence drafts `depth`
+    policy = PlainPolicy() if depth == 0 else MtpFixedPolicy(depth, runner.model.cfg.mtp_depth, pools)
+    timed = _Timed(policy, width, depth)
+    policies.run_once(runner, timed, model_id, prompts, tokens)
+    return timed.steps
+
+
+def measure_in_loop(model: Transformer, model_id: str, prompts: Sequence[Sequence[int]], params: SweepParams,
+                    on_run: Callable[[int, int, str], None] = lambda done, total, label: None) -> SweepResult:
+    """Every cell of the sweep timed in running decodes of `prompts` (at least max(widths) of them)."""
+    if len(prompts) < max(params.widths):
+        raise ValueError(f"{len(prompts)} prompts for widths up to {max(params.widths)}")
+    longest = max(len(p) for p in prompts[: max(params.widths)])
+    max_len = longest + LOOP_TOKENS + params.max_depth + 1
+    if max_len > model.cfg.max_seq_len:
+        raise ValueError(f"prompts of {longest} tokens + {LOOP_TOKENS} decoded + depth {params.max_depth} + 1 "
+                         f"exceed the model's max_seq_len {model.cfg.max_seq_len}; lower --context-len")
+    runners = {n: ModelRunner(model, n, max_len) for n in params.widths}
+    depths = range(params.max_depth + 1)
+    total = len(runners) * len(depths) * (params.repeats + 1)
+    done = 0
+    for n, runner in runners.items():  # warm-up: one run per cell, not kept
+        for k in depths:
+            run_cell(runner, model_id, prompts[:n], k)
+            done += 1
+            on_run(done, total, f"warm-up n={n} k={k}")
+    windows: dict[Task, list[float]] = {t: [] for t in tasks(params)}
+    counted: dict[tuple[int, int], int] = {}
+    order = random.Random(params.seed)
+    for repeat in range(params.repeats):
+        widths = list(runners)
+        order.shuffle(widths)
+        for n in widths:
+            shuffled = list(depths)
+            order.shuffle(shuffled)
+            for k in shuffled:
+                steps = run_cell(runners[n], model_id, prompts[:n], k)
+                if not steps:
+                    raise RuntimeError(f"the decode at width {n}, depth {k} ran no full step to time "
+                                       "(its requests ended at once); use longer prompts or fewer widths")
+                counted[n, k] = counted.get((n, k), 0) + len(steps)
+                windows[Task(n, k, "verify")].append(statistics.median(v for _, v in steps))
+                if k:
+                    windows[Task(n, k, "draft")].append(statistics.median(d for d, _ in steps))
+                done += 1
+                on_run(done, total, f"repeat {repeat + 1}/{params.repeats} n={n} k={k}")
+    figures: dict[Task, float] = {}
+    for n in params.widths:
+        figures |= paired_seconds({t: w for t, w in windows.items() if t.n == n})
+    cells = tuple(_cell(n, k, windows, figures) for n in params.widths for k in depths)
+    meta = {"method": f"in-loop: each cell a decode of {LOOP_TOKENS} tokens per request through the scheduler "
+                      f"at that width and fixed depth, the median of its full steps (the first {SKIP_STEPS} "
+                      "not counted)",
+            "context_len": longest, "repeats": params.repeats,
+            "steps_counted_min": min(counted.values()), "steps_counted_max": max(counted.values()),
+            "cell_order": f"per repeat, widths shuffled, each width's depths back to back, shuffled "
+                          f"(seed {params.seed})",
+            "figure": "median over repeats of each run's median step over the geometric mean of its width's runs "
+                      "that repeat, times the median of those means",
+            "spread": "interquartile range of the runs' medians over repeats, same unit"}
+    return SweepResult(cells, meta)
+
+
+def _cell(n: int, k: int, windows: dict[Task, list[float]], figures: dict[Task, float]) -> Cell:
+    verify, draft = Task(n, k, "verify"), Task(n, k, "draft")
+    return Cell(n, k, round_figure(figures[verify]), round_figure(figures[draft]) if k else 0.0,
+                verify_s_spread=iqr(windows[verify]), draft_s_spread=iqr(windows[draft]) if k else 0.0)

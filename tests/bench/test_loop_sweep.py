@@ -1,0 +1,61 @@
+"""The in-loop sweep (met.bench.loop_sweep): cells timed inside running decodes, only full steps counted."""
+
+import pytest
+
+from met.bench.loop_sweep import SKIP_STEPS, _Timed, measure_in_loop, run_cell
+from met.bench.sweep import SweepParams
+from met.engine.policy_base import Outcome, PlainPolicy, StepPlan
+from met.engine.runner import ModelRunner
+from met.speculative.spec_cost import CostTable, TableKey
+
+from random_models import random_micro
+
+PARAMS = SweepParams(widths=(1, 2), max_depth=2, context_len=16, repeats=2)
+
+
+@pytest.fixture(scope="module")
+def micro():
+    return random_micro()
+
+
+def prompts(count: int, length: int = 16) -> list[list[int]]:
+    return [[(7 * i + j) % 200 + 1 for j in range(length)] for i in range(count)]
+
+
+def test_every_cell_is_timed_and_makes_a_valid_table(micro):
+    labels = []
+    result = measure_in_loop(micro, "micro@t", prompts(2), PARAMS, lambda d, t, label: labels.append((d, t, label)))
+    assert [(c.n, c.k) for c in result.cells] == [(n, k) for n in (1, 2) for k in range(3)]
+    assert all(c.verify_s > 0 and (c.draft_s > 0) == (c.k > 0) for c in result.cells)
+    assert result.meta["steps_counted_min"] > 0 and result.meta["method"].startswith("in-loop")
+    table = CostTable(TableKey("cpu-test-1t", "micro@t", "none", {"decode": "a", "verify": "b", "draft_mtp": "c"}),
+                      result.cells, result.meta)
+    assert CostTable.parse(table.to_toml()) == table
+    assert labels[-1][:2] == (2 * 3 * 3, 2 * 3 * 3)  # 6 cells, a warm-up and 2 repeats each
+    for repeat in (1, 2):  # a width's depths back to back: the width changes once per repeat
+        widths = [label.split(" ")[2] for _, _, label in labels if label.startswith(f"repeat {repeat}/")]
+        assert sum(a != b for a, b in zip(widths, widths[1:])) == 1
+
+
+def test_a_decode_at_depth_k_drafts_k_for_every_sequence(micro):
+    steps = run_cell(ModelRunner(micro, 2, 80), "micro@t", prompts(2), 2, tokens=24)
+    assert steps and all(d > 0 and v > 0 for d, v in steps)
+
+
+def test_only_full_steps_after_the_first_are_counted():
+    timed = _Timed(PlainPolicy(), width=2, depth=1)
+    full = [Outcome(1, 0, 1), Outcome(1, 1, 2)]
+    plan = StepPlan("mtp", 1, (1, 1), "test")
+    for _ in range(SKIP_STEPS):
+        timed.observe(plan, full, 0.01)  # the prompt's catch-up steps
+    timed.observe(plan, full, 0.01)
+    timed.observe(plan, full[:1], 0.01)  # a request ended: narrower than the cell
+    timed.observe(plan, [Outcome(0, 0, 1), Outcome(1, 0, 1)], 0.01)  # one sequence short of room: fewer drafts
+    assert len(timed.steps) == 1
+
+
+def test_too_few_prompts_or_too_long_a_decode_is_refused(micro):
+    with pytest.raises(ValueError, match="1 prompts for widths up to 2"):
+        measure_in_loop(micro, "micro@t", prompts(1), PARAMS)
+    with pytest.raises(ValueError, match="exceed the model's max_seq_len"):
+        measure_in_loop(micro, "micro@t", prompts(2, micro.cfg.max_seq_len - 10), PARAMS)
