@@ -13,6 +13,10 @@ and new sequences, use the calibration's position priors. Once it drafts, the pl
 after every MTP pass with the confidences of the drafts just made, their cost already spent: it
 drafts deeper while the next draft is expected to pay for itself and stops, or drops drafts, when
 not. kmax is the least of the table's, the model's MTP depth and the width tier's verify pool.
+A plain step leaves no confidences, so the next plan reads the priors; where the priors favour
+plain decode the planner would never draft again, however predictable the text became. So after
+PROBE_AFTER plain steps in a row, a step drafts anyway and verifies at least one draft (its
+replans still choose how many more): the drafts' confidences are what the next plan reads.
 
 Fixed depth (`met bench policies`' baselines): the same k every step, no gate; the capacity clamp
 still applies, so the default pools verify one draft at widths 9..=16 whatever k is.
@@ -72,8 +76,11 @@ class MtpLadderPolicy:
                               sum(o.accepted > 0 for o in full))
 
 
+PROBE_AFTER = 16  # plain steps in a row after which the measured planner's next step drafts anyway
+
+
 class MtpPlannedPolicy:
-    """--spec mtp --spec-cost-model measured: the planner's k -> clamp."""
+    """--spec mtp --spec-cost-model measured: the planner's k -> clamp (with a probe after a run of plain steps)."""
 
     name = "mtp/measured"
 
@@ -81,20 +88,26 @@ class MtpPlannedPolicy:
         self.state = state
         self.num_drafts = num_drafts
         self.pools = pools
+        self.plain_steps = 0  # plain steps in a row
+        self.probing = False  # the step being planned drafts to refresh the confidences
 
     def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
         width = len(seqs)
         kmax = min(self.state.table.kmax, self.num_drafts, self.pools.max_drafts(width))
         decision = self.state.plan(width, [list(s.confidences) for s in seqs], kmax)
+        self.probing = decision.k == 0 and kmax > 0 and self.plain_steps >= PROBE_AFTER
+        why = decision.why if not self.probing else f"probe after {self.plain_steps} plain steps ({decision.why})"
         # A drafting step may go as deep as kmax: the plans made while drafting decide where it stops.
-        depths, clamp = clamp_depths(kmax if decision.k else 0, runner, seqs, self.pools)
-        return StepPlan("mtp" if decision.k else "plain", decision.k, depths, joined(decision.why, clamp), decision)
+        depths, clamp = clamp_depths(kmax if decision.k or self.probing else 0, runner, seqs, self.pools)
+        self.plain_steps = 0 if any(depths) else self.plain_steps + 1
+        depth = max(decision.k, int(self.probing))
+        return StepPlan("mtp" if depth else "plain", depth, depths, joined(why, clamp), decision)
 
     def draft(self, runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]:
-        width, deepest = len(seqs), max(plan.depths, default=0)
+        width, deepest, floor = len(seqs), max(plan.depths, default=0), int(self.probing)
 
         def replan(drafted: int, drafts: list[Draft]) -> int:
-            return self.state.plan(width, [d.confidences for d in drafts], deepest, drafted).k
+            return max(floor, self.state.plan(width, [d.confidences for d in drafts], deepest, drafted).k)
 
         return _draft(runner, seqs, plan, replan)
 

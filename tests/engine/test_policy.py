@@ -147,6 +147,23 @@ def test_measured_planner_plans_again_with_each_drafts_confidence():
     assert runner.asked == [2, 1] and [d.confidences for d in drafts] == [[-0.01]]
 
 
+def test_measured_planner_probes_after_a_run_of_plain_steps():
+    # unsure confidences keep the planner plain; after PROBE_AFTER plain steps in a row one step drafts
+    # anyway, its replan keeps at least one draft however unsure it is, and the run of plain steps restarts
+    from met.engine.policy_mtp import PROBE_AFTER
+
+    p = MtpPlannedPolicy(_state(), 4, DEFAULT_POOLS)
+    unsure = _seqs(1, confidences=[-5.0] * 4)
+    plans = [p.plan(_runner(), unsure) for _ in range(PROBE_AFTER + 1)]
+    assert [pl.mode for pl in plans] == ["plain"] * PROBE_AFTER + ["mtp"]
+    probe = plans[-1]
+    assert probe.depths == (4,) and probe.depth == 1 and probe.why.startswith(f"probe after {PROBE_AFTER} plain steps")
+    runner = _ScriptedDrafter([-5.0] * 4)
+    drafts = p.draft(runner, unsure, probe)
+    assert runner.asked == [1] and [len(d.tokens) for d in drafts] == [1]  # the plan alone would verify none
+    assert p.plan(_runner(), unsure).mode == "plain" and p.plain_steps == 1
+
+
 def test_measured_planner_kmax_respects_the_wide_tier_pool():
     # width 12 has a one-draft pool: the planner chooses among k <= 1
     p = MtpPlannedPolicy(_state(), 4, DEFAULT_POOLS)
