@@ -8,12 +8,13 @@ row j weighted by decay**j, since a late draft only counts when every earlier on
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from met.model import train_state
 from met.model.corpus import Split
 from met.model.dflash import DflashDrafter
 from met.model.train import LN2, lr_at, sample_batch
@@ -95,14 +96,7 @@ def train_dflash(drafter: DflashDrafter, target: Transformer, train_split: Split
     torch.manual_seed(params.seed)
     opt = torch.optim.AdamW(drafter.parameters(), lr=params.lr, betas=(0.9, 0.95), weight_decay=params.weight_decay)
     rng, gen = np.random.default_rng(params.seed), torch.Generator().manual_seed(params.seed)
-    step, elapsed, stats = 0, 0.0, {}
-    if ckpt is not None and ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
-        drafter.load_state_dict(state["drafter"])
-        opt.load_state_dict(state["opt"])
-        rng.bit_generator.state = state["rng"]
-        gen.set_state(state["gen"])
-        step, elapsed, stats = state["step"], state["elapsed"], state.get("stats", {})
+    step, elapsed, stats = train_state.resume(ckpt, "drafter", drafter, opt, rng, gen)
     drafter.train()
     t0 = time.perf_counter() - elapsed
     while step < params.steps:
@@ -120,11 +114,7 @@ def train_dflash(drafter: DflashDrafter, target: Transformer, train_split: Split
         if step % params.eval_every == 0 or step == params.steps:
             stats |= evaluate(drafter, target, heldout, params)
             if ckpt is not None:
-                tmp = ckpt.with_suffix(".tmp")
-                torch.save({"drafter": drafter.state_dict(), "opt": opt.state_dict(), "rng": rng.bit_generator.state,
-                            "gen": gen.get_state(), "step": step, "elapsed": stats["wall_s"], "stats": stats,
-                            "params": asdict(params), "config": asdict(drafter.cfg)}, tmp)
-                tmp.replace(ckpt)
+                train_state.save(ckpt, "drafter", drafter, opt, rng, gen, step, stats, params, drafter.cfg)
         on_step(step, stats)
     if "heldout_accept_at" not in stats:  # resumed from a finished run's checkpoint
         stats = {"step": step, "wall_s": elapsed} | stats | evaluate(drafter, target, heldout, params)

@@ -3,14 +3,14 @@
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from met.model.config import ModelConfig
+from met.model import train_state
 from met.model.corpus import Split
 from met.model.transformer import Transformer
 
@@ -100,13 +100,7 @@ def train(model: Transformer, train_split: Split, heldout: Split, params: TrainP
     torch.manual_seed(params.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=params.lr, betas=(0.9, 0.95), weight_decay=params.weight_decay)
     rng = np.random.default_rng(params.seed)
-    step, elapsed, stats = 0, 0.0, {}
-    if ckpt is not None and ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["opt"])
-        rng.bit_generator.state = state["rng"]
-        step, elapsed, stats = state["step"], state["elapsed"], state.get("stats", {})
+    step, elapsed, stats = train_state.resume(ckpt, "model", model, opt, rng)
     if params.seq_len + 2 > model.cfg.max_seq_len:
         raise ValueError(f"seq_len {params.seq_len} + 2 exceeds the model's max_seq_len {model.cfg.max_seq_len}")
     depths = min(len(params.mtp_weights), model.cfg.mtp_depth)
@@ -129,11 +123,7 @@ def train(model: Transformer, train_split: Split, heldout: Split, params: TrainP
         if step % params.eval_every == 0 or step == params.steps:
             stats |= evaluate(model, heldout, seq_len=params.seq_len)
         if ckpt is not None and (step % params.checkpoint_every == 0 or step == params.steps):
-            tmp = ckpt.with_suffix(".tmp")
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "rng": rng.bit_generator.state,
-                        "step": step, "elapsed": stats["wall_s"], "stats": stats, "params": asdict(params),
-                        "config": asdict(model.cfg)}, tmp)
-            tmp.replace(ckpt)
+            train_state.save(ckpt, "model", model, opt, rng, None, step, stats, params, model.cfg)
         on_step(step, stats)
     if "heldout_bpb" not in stats:  # resumed from a checkpoint that kept no final evaluation
         stats = {"step": step, "wall_s": elapsed, "tokens": step * params.batch * (params.seq_len + 1)} | stats

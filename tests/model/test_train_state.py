@@ -1,0 +1,85 @@
+"""Training checkpoints (met.model.train_state): a run stopped and resumed ends where one that never stopped does."""
+
+import numpy as np
+import pytest
+import torch
+
+from met.model.corpus import Split
+from met.model.dflash import DflashConfig, DflashDrafter
+from met.model.dflash_train import DflashTrainParams, train_dflash
+from met.model.train import TrainParams, train
+
+from random_models import random_micro
+
+SPLIT = Split(np.tile(np.random.default_rng(0).integers(97, 110, 50), 60).astype(np.uint16), ("x",))
+
+
+class Stop(Exception):
+    """The run killed after a step (its checkpoint written first)."""
+
+
+def stop_after(step: int):
+    def on_step(done: int, stats: dict) -> None:
+        if done == step:
+            raise Stop
+
+    return on_step
+
+
+def same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
+
+
+def test_the_recipe_trainer_resumes_where_it_stopped(tmp_path):
+    def run(ckpt, on_step=lambda step, stats: None):
+        model = random_micro()
+        params = TrainParams(steps=6, batch=2, seq_len=16, warmup=2, eval_every=100, checkpoint_every=3)
+        return model, train(model, SPLIT, SPLIT, params, ckpt, on_step)
+
+    straight, _ = run(None)
+    with pytest.raises(Stop):
+        run(tmp_path / "run.pt", stop_after(4))  # killed after step 4; the last checkpoint is step 3's
+    resumed, stats = run(tmp_path / "run.pt")  # a fresh model: everything it knows comes from the file
+    assert stats["step"] == 6 and same_weights(resumed, straight)
+    assert not same_weights(random_micro(), straight)  # the comparison can fail
+
+
+def test_the_dflash_trainer_resumes_where_it_stopped(tmp_path):
+    target = random_micro()
+
+    def run(ckpt, on_step=lambda step, stats: None):
+        torch.manual_seed(1)
+        drafter = DflashDrafter(DflashConfig.for_target(target.cfg, block=4, ffn_dim=32))
+        params = DflashTrainParams(steps=6, batch=2, seq_len=32, anchors=4, warmup=2, eval_every=3)
+        return drafter, train_dflash(drafter, target, SPLIT, SPLIT, params, ckpt, on_step)
+
+    straight, _ = run(None)
+    with pytest.raises(Stop):
+        run(tmp_path / "drafter.pt", stop_after(4))
+    resumed, stats = run(tmp_path / "drafter.pt")
+    assert stats["step"] == 6 and same_weights(resumed, straight)
+    torch.manual_seed(1)
+    assert not same_weights(DflashDrafter(DflashConfig.for_target(target.cfg, block=4, ffn_dim=32)), straight)
+
+
+def test_a_missing_checkpoint_starts_from_step_zero(tmp_path):
+    from met.model import train_state
+
+    model = random_micro()
+    opt = torch.optim.AdamW(model.parameters())
+    assert train_state.resume(tmp_path / "none.pt", "model", model, opt, np.random.default_rng(0)) == (0, 0.0, {})
+    assert train_state.resume(None, "model", model, opt, np.random.default_rng(0)) == (0, 0.0, {})
+
+
+@pytest.mark.parametrize("key", ["model", "drafter"])
+def test_the_checkpoint_is_replaced_whole(tmp_path, key):
+    model = random_micro()
+    opt = torch.optim.AdamW(model.parameters())
+    from met.model import train_state
+
+    ckpt = tmp_path / "c.pt"
+    train_state.save(ckpt, key, model, opt, np.random.default_rng(0), None, 3, {"wall_s": 1.5},
+                     TrainParams(), model.cfg)
+    assert not ckpt.with_suffix(".tmp").exists()
+    state = torch.load(ckpt, weights_only=False)
+    assert state["step"] == 3 and state["elapsed"] == 1.5 and key in state and "gen" not in state
