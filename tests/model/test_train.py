@@ -6,7 +6,6 @@ import torch
 from typer.testing import CliRunner
 
 from met.cli import app
-from met.model.recipes import Recipe
 from met.model.config import ModelConfig
 from met.model.train import TrainParams, lr_at
 from met.model.weights import file_digest, load_model
