@@ -1,9 +1,9 @@
 """The sweep timed inside a running decode: each cell's draft and verify steps as the scheduler runs them.
 
 The window sweep (met.bench.sweep) times one step again and again on a held state. On a CPU its
-caches then stay warm for that step alone: a plain decode step costs 12-20% less there than the
-same step between a real scheduler's steps, and a short draft step 25-40% less, which prices
-plain decode too cheaply against speculation. Here a cell (n, k) is a short real decode: n
+caches then stay warm for that step alone: on the development box its MTP draft cells came out
+10-30% below what the same steps cost inside a decode (its verify cells within a few percent),
+which priced speculation too cheaply. Here a cell (n, k) is a short real decode: n
 held-out prompts through a Scheduler drafting k every step (k = 0: plain decode), on the same
 engine path a serve runs. The draft step is timed around the policy's draft call; the verify
 step is the rest of the step's wall time as the scheduler measures it. Steps narrower than n

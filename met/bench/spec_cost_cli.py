@@ -17,9 +17,9 @@ import typer
 
 from met import __version__
 from met.bench import calibrate as cal
+from met.bench.loop_sweep import measure_in_loop
 from met.bench.meters import ENERGY_CHOICES, EnergyReadError, EnergyUnavailable, Meter, open_meter
 from met.bench.progress import Reporter
-from met.bench.loop_sweep import measure_in_loop
 from met.bench.sweep import QUICK, SweepParams, check_fits, measure
 from met.bench.table_files import (LockHeld, TableLock, Unwritable, changes, read_existing, remove_stale_temps,
                                    write_atomic)
@@ -27,8 +27,8 @@ from met.engine.identity import (RunSettings, apply_threads, box_class, default_
                                  mtp_drafter_key, serve_table_key)
 from met.engine.prompts import PromptError, PromptsMissing
 from met.exit_codes import EX_CANTCREAT, EX_DATAERR, EX_NOINPUT, EX_OK, EX_TEMPFAIL, EX_UNAVAILABLE
-from met.model.dflash import DflashDrafter, load_drafter, shipped_path
 from met.model.corpus import heldout_prompts
+from met.model.dflash import DflashDrafter, load_drafter, shipped_path
 from met.model.hf_config import CheckpointError
 from met.model.recipes import DEFAULT_RECIPE, Recipe, RecipeError, embedded
 from met.model.sources import is_path, recipe_name, resolve
@@ -62,8 +62,8 @@ ContextOpt = Annotated[int | None, typer.Option(
          "as a serve's (in-loop: bytes of each held-out prompt) (default: 256; --quick: 64).",
     show_default=False)]
 RepeatsOpt = Annotated[int | None, typer.Option(
-    "--repeats", min=1, max=1000, help="Windows per cell; the figure is their median, each paired with its width's "
-    "windows of the same repeat (default: 9; --quick: 3).",
+    "--repeats", min=1, max=1000, help="Runs (or windows) per cell; the figure is their median, each paired with "
+    "its width's cells of the same repeat (default: 9; --quick: 3).",
     show_default=False)]
 WindowOpt = Annotated[float | None, typer.Option(
     "--window", min=0.001, max=600.0,
@@ -138,15 +138,15 @@ def spec_cost(
     Without an energy source (--energy none, or auto where none works) an embedded recipe's cells
     are timed inside running decodes: per cell, held-out prompts through the scheduler at that
     width drafting k every step, the median of its full steps (a step timed alone, again and
-    again, runs with caches warm for it and prices plain decode too cheaply on a CPU). With
+    again, runs with caches warm for it: on a CPU that priced draft steps 10-30% low). With
     energy, for a checkpoint folder and for DFlash, each cell is timed in windows of many
     identical steps. Either way each repeat times a width's cells back to back (widths and cells
     in a new shuffled order), and a cell's time is its median over repeats paired with its
-    width's other cells of the same repeat, so a slowdown they share cancels. The run holds a lock beside the table and replaces the table atomically, so
-    cron may run it unattended. When a table is already there, each cell's change is printed.
-    A checkpoint folder (--model PATH) has no MTP drafter: its table holds the plain decode cells
-    (k = 0) of each width, its recipe is the folder's model name and weights digest, and no
-    calibration is written. --drafter dflash times the recipe's DFlash block drafter instead of
+    width's other cells of the same repeat, so a slowdown they share cancels. The run holds a
+    lock beside the table and replaces the table atomically, so cron may run it unattended. When
+    a table is already there, each cell's change is printed. A checkpoint folder (--model PATH)
+    has no MTP drafter: its table holds the plain decode cells (k = 0) of each width, its recipe
+    is the folder's model name and weights digest, and no calibration is written. --drafter dflash times the recipe's DFlash block drafter instead of
     its MTP module (one pass whatever k; mode draft_dflash, its digest covering the drafter's
     config) and writes <recipe>.dflash.toml, without a calibration.
 

@@ -1,4 +1,4 @@
-"""Remembered weight digests: a checkpoint folder's digest kept with its files' stat, so it is hashed once, not each start.
+"""Remembered weight digests: a checkpoint folder's digest kept with its files' stat, hashed once, not at each start.
 
 Hashing a 16 GB checkpoint takes tens of seconds; every `met serve --model PATH` and every sweep
 of it needs the digest (tables are keyed by it). The cache maps a folder to the digest and, per
