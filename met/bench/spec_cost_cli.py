@@ -146,9 +146,10 @@ def spec_cost(
     lock beside the table and replaces the table atomically, so cron may run it unattended. When
     a table is already there, each cell's change is printed. A checkpoint folder (--model PATH)
     has no MTP drafter: its table holds the plain decode cells (k = 0) of each width, its recipe
-    is the folder's model name and weights digest, and no calibration is written. --drafter dflash times the recipe's DFlash block drafter instead of
-    its MTP module (one pass whatever k; mode draft_dflash, its digest covering the drafter's
-    config) and writes <recipe>.dflash.toml, without a calibration.
+    is the folder's model name and weights digest, and no calibration is written. --drafter
+    dflash times the recipe's DFlash block drafter instead of its MTP module (one pass whatever
+    k; mode draft_dflash, its digest covering the drafter's config) and writes
+    <recipe>.dflash.toml, without a calibration.
 
     Exit statuses: 0 table (and calibration) written; 2 bad option value; 65 (EX_DATAERR) nothing
     written: the calibration prompts are invalid or gave too few judged drafts, or the measured
