@@ -17,6 +17,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's plain help: paragraphs rewrapped to the terminal, as rich mode does not
 )
 app.add_typer(bench_app, name="bench")
 app.add_typer(tables_app, name="tables")

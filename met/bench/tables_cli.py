@@ -22,7 +22,7 @@ from met.exit_codes import EX_CONFIG, EX_DATAERR, EX_NOINPUT, EX_OK
 from met.speculative.spec_cost import AcceptanceCalibration, CostTable, DrafterMismatch, TableParseError
 from met.speculative.spec_cost.plan import choose, estimate_depths
 
-tables_app = typer.Typer(help="Check and show measured cost tables.", no_args_is_help=True)
+tables_app = typer.Typer(help="Check and show measured cost tables.", no_args_is_help=True, rich_markup_mode=None)
 
 FileArg = Annotated[Path, typer.Argument(
     help="A cost table or calibration file (TOML), or a folder of them (every *.toml under it).", show_default=False)]

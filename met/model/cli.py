@@ -20,7 +20,7 @@ from met.model.weights import save_weights, write_card
 
 _D = TrainParams()
 _DF = DflashTrainParams()
-model_app = typer.Typer(help="Train and inspect the embedded model recipe.", no_args_is_help=True)
+model_app = typer.Typer(help="Train and inspect the embedded model recipe.", no_args_is_help=True, rich_markup_mode=None)
 console = Console(stderr=True)
 
 

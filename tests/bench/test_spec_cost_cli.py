@@ -193,11 +193,12 @@ def test_calibration_prompts_from_a_folder(use_micro, tmp_path):
 
 
 def test_help_documents_the_exit_statuses():
-    result = runner.invoke(app, ["bench", "spec-cost", "--help"], env={"COLUMNS": "200"})
+    result = runner.invoke(app, ["bench", "spec-cost", "--help"])
     assert result.exit_code == EX_OK
+    text = " ".join(result.stdout.split())  # the help is wrapped to the terminal
     for status in ("65 (EX_DATAERR)", "66 (EX_NOINPUT)", "69 (EX_UNAVAILABLE)", "73 (EX_CANTCREAT)",
                    "75 (EX_TEMPFAIL)"):
-        assert status in result.stdout
+        assert status in text
 
 
 @pytest.mark.gpu
