@@ -3,12 +3,13 @@
 The window sweep (met.bench.sweep) times one step again and again on a held state. On a CPU its
 caches then stay warm for that step alone: on the development box its MTP draft cells came out
 10-30% below what the same steps cost inside a decode (its verify cells within a few percent),
-which priced speculation too cheaply. Here a cell (n, k) is a short real decode: n
-held-out prompts through a Scheduler drafting k every step (k = 0: plain decode), on the same
-engine path a serve runs. The draft step is timed around the policy's draft call; the verify
-step is the rest of the step's wall time as the scheduler measures it. Steps narrower than n
-(a request ended early), drafting fewer than k (KV room), or among the first SKIP_STEPS of a run
-(the prompt's MTP catch-up) are not counted; a run's figure is the median of its counted steps.
+which priced speculation too cheaply. Here a cell (n, k) is a short real decode: n held-out
+prompts through a Scheduler drafting k every step (k = 0: plain decode), on the engine path a
+serve runs, driven by met bench policies' run_once. The draft step is timed around the policy's
+draft call, the verify step is the rest of the step's wall time as the scheduler measures it.
+Steps narrower than n (a request ended early), drafting fewer than k (KV room), or among the
+first SKIP_STEPS of a run (the prompt's MTP catch-up) are not counted; a run's figure is the
+median of its counted steps.
 Runs go as the window sweep's windows do (each repeat, the widths shuffled and a width's cells
 back to back, shuffled), and figures are paired the same way (sweep.paired_seconds).
 
@@ -18,15 +19,14 @@ sweep keeps; `met bench spec-cost` uses this sweep when the table has no energy 
 
 import random
 import statistics
-import time
 from collections.abc import Callable, Sequence
 
 from met.bench import policies
+from met.bench.policies import StepRecord
 from met.bench.sweep import SweepParams, SweepResult, Task, iqr, paired_seconds, round_figure, tasks
-from met.engine.policy_base import Outcome, PlainPolicy, Policy, StepPlan
+from met.engine.policy_base import PlainPolicy
 from met.engine.policy_mtp import MtpFixedPolicy
-from met.engine.requests import SeqState
-from met.engine.runner import Draft, ModelRunner
+from met.engine.runner import ModelRunner
 from met.model.transformer import Transformer
 from met.speculative.spec_capacity import VerifyPools
 from met.speculative.spec_cost import Cell
@@ -35,30 +35,10 @@ LOOP_TOKENS = 48  # tokens each request decodes in one run
 SKIP_STEPS = 2  # a run's first steps carry the prompt's MTP catch-up: not counted
 
 
-class _Timed:
-    """A policy wrapper that keeps each counted step's (draft seconds, verify seconds)."""
-
-    def __init__(self, policy: Policy, width: int, depth: int) -> None:
-        self.policy, self.name = policy, policy.name
-        self.width, self.depth = width, depth
-        self.draft_s = 0.0
-        self.seen = 0
-        self.steps: list[tuple[float, float]] = []
-
-    def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
-        return self.policy.plan(runner, seqs)
-
-    def draft(self, runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]:
-        start = time.perf_counter()
-        drafts = self.policy.draft(runner, seqs, plan)
-        self.draft_s = time.perf_counter() - start
-        return drafts
-
-    def observe(self, plan: StepPlan, outcomes: Sequence[Outcome], seconds: float) -> None:
-        self.seen += 1
-        if self.seen > SKIP_STEPS and len(outcomes) == self.width and all(o.proposed == self.depth for o in outcomes):
-            self.steps.append((self.draft_s, max(seconds - self.draft_s, 1e-9)))
-        self.policy.observe(plan, outcomes, seconds)
+def counted_steps(steps: Sequence[StepRecord], width: int, depth: int) -> list[tuple[float, float]]:
+    """(draft, verify) seconds of the steps a cell counts: after the first SKIP_STEPS, width x depth drafts."""
+    return [(s.draft_s, max(s.step_s - s.draft_s, 1e-9)) for s in steps[SKIP_STEPS:]
+            if len(s.proposed) == width and all(p == depth for p in s.proposed)]
 
 
 def run_cell(runner: ModelRunner, model_id: str, prompts: Sequence[Sequence[int]], depth: int,
@@ -69,9 +49,8 @@ def run_cell(runner: ModelRunner, model_id: str, prompts: Sequence[Sequence[int]
         raise ValueError(f"{len(prompts)} prompts for a runner of width {width}")
     pools = VerifyPools(((width, depth),))  # no pool clamp: every sequence drafts `depth`
     policy = PlainPolicy() if depth == 0 else MtpFixedPolicy(depth, runner.model.cfg.mtp_depth, pools)
-    timed = _Timed(policy, width, depth)
-    policies.run_once(runner, timed, model_id, prompts, tokens)
-    return timed.steps
+    _, _, recorder, _ = policies.run_once(runner, policy, model_id, prompts, tokens)
+    return counted_steps(recorder.steps, width, depth)
 
 
 def measure_in_loop(model: Transformer, model_id: str, prompts: Sequence[Sequence[int]], params: SweepParams,

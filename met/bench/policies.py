@@ -16,6 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from met.engine.policy_base import Outcome, PlainPolicy, Policy, StepPlan
 from met.engine.policy_lookup import LookupPolicy
@@ -114,8 +115,16 @@ class Run:
     outputs: tuple[Output, ...]  # per prompt, in workload order
 
 
+class StepRecord(NamedTuple):
+    """One step as the recorder saw it: drafts verified per sequence, the draft call's and the step's seconds."""
+
+    proposed: tuple[int, ...]
+    draft_s: float
+    step_s: float  # the scheduler's draft + verify wall time
+
+
 class _Recorder:
-    """Passes every call to the policy it wraps; notes each step's shape and the sequences it saw."""
+    """Passes every call to the policy it wraps; notes each step's shape, timing and the sequences it saw."""
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
@@ -124,6 +133,8 @@ class _Recorder:
         self.seen: dict[str, SeqState] = {}
         self.tokens = 0  # emitted by steps
         self.seconds = 0.0  # the scheduler's draft + verify wall time of each step
+        self.steps: list[StepRecord] = []
+        self._draft_s = 0.0
 
     def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
         for s in seqs:
@@ -131,12 +142,16 @@ class _Recorder:
         return self.policy.plan(runner, seqs)
 
     def draft(self, runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]:
-        return self.policy.draft(runner, seqs, plan)
+        start = time.perf_counter()
+        drafts = self.policy.draft(runner, seqs, plan)
+        self._draft_s = time.perf_counter() - start
+        return drafts
 
     def observe(self, plan: StepPlan, outcomes: Sequence[Outcome], seconds: float) -> None:
         self.shapes[plan.mode, len(outcomes), max((o.proposed for o in outcomes), default=0)] += 1
         self.tokens += sum(o.emitted for o in outcomes)
         self.seconds += seconds
+        self.steps.append(StepRecord(tuple(o.proposed for o in outcomes), self._draft_s, seconds))
         self.policy.observe(plan, outcomes, seconds)
 
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from met.bench.loop_sweep import SKIP_STEPS, _Timed, measure_in_loop, run_cell
+from met.bench.loop_sweep import SKIP_STEPS, counted_steps, measure_in_loop, run_cell
+from met.bench.policies import StepRecord
 from met.bench.sweep import SweepParams
-from met.engine.policy_base import Outcome, PlainPolicy, StepPlan
 from met.engine.runner import ModelRunner
 from met.speculative.spec_cost import CostTable, TableKey
 
@@ -43,15 +43,13 @@ def test_a_decode_at_depth_k_drafts_k_for_every_sequence(micro):
 
 
 def test_only_full_steps_after_the_first_are_counted():
-    timed = _Timed(PlainPolicy(), width=2, depth=1)
-    full = [Outcome(1, 0, 1), Outcome(1, 1, 2)]
-    plan = StepPlan("mtp", 1, (1, 1), "test")
-    for _ in range(SKIP_STEPS):
-        timed.observe(plan, full, 0.01)  # the prompt's catch-up steps
-    timed.observe(plan, full, 0.01)
-    timed.observe(plan, full[:1], 0.01)  # a request ended: narrower than the cell
-    timed.observe(plan, [Outcome(0, 0, 1), Outcome(1, 0, 1)], 0.01)  # one sequence short of room: fewer drafts
-    assert len(timed.steps) == 1
+    full = StepRecord((1, 1), 0.002, 0.010)
+    steps = [full] * SKIP_STEPS + [  # the prompt's catch-up steps
+        full,
+        StepRecord((1,), 0.002, 0.010),  # a request ended: narrower than the cell
+        StepRecord((0, 1), 0.002, 0.010),  # one sequence short of room: fewer drafts
+    ]
+    assert counted_steps(steps, width=2, depth=1) == [(0.002, 0.008)]
 
 
 def test_too_few_prompts_or_too_long_a_decode_is_refused(micro):
