@@ -8,7 +8,7 @@ from met.engine.policy import PolicyConfig, build_policy
 from met.engine.policy_base import Outcome, PlainPolicy, clamp_depths
 from met.engine.policy_dflash import DflashPolicy
 from met.engine.policy_lookup import LookupPolicy
-from met.engine.policy_mtp import MtpFixedPolicy, MtpLadderPolicy, MtpPlannedPolicy
+from met.engine.policy_mtp import PROBE_AFTER, MtpFixedPolicy, MtpLadderPolicy, MtpPlannedPolicy
 from met.engine.proposer import Proposer
 from met.engine.requests import QueueSink, Request, SeqState
 from met.engine.runner import Draft
@@ -150,8 +150,6 @@ def test_measured_planner_plans_again_with_each_drafts_confidence():
 def test_measured_planner_probes_after_a_run_of_plain_steps():
     # unsure confidences keep the planner plain; after PROBE_AFTER plain steps in a row one step drafts
     # anyway, its replan keeps at least one draft however unsure it is, and the run of plain steps restarts
-    from met.engine.policy_mtp import PROBE_AFTER
-
     p = MtpPlannedPolicy(_state(), 4, DEFAULT_POOLS)
     unsure = _seqs(1, confidences=[-5.0] * 4)
     plans = [p.plan(_runner(), unsure) for _ in range(PROBE_AFTER + 1)]
