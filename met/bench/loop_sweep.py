@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 
 from met.bench import policies
 from met.bench.policies import StepRecord
-from met.bench.sweep import SweepParams, SweepResult, Task, iqr, paired_seconds, round_figure, tasks
+from met.bench.sweep import (SweepParams, SweepResult, Task, iqr, paired_seconds, round_figure, tasks,
+                             visit_order)
 from met.engine.policy_base import PlainPolicy
 from met.engine.policy_mtp import MtpFixedPolicy
 from met.engine.runner import ModelRunner
@@ -74,27 +75,21 @@ def measure_in_loop(model: Transformer, model_id: str, prompts: Sequence[Sequenc
             on_run(done, total, f"warm-up n={n} k={k}")
     windows: dict[Task, list[float]] = {t: [] for t in tasks(params)}
     counted: dict[tuple[int, int], int] = {}
+    groups = {n: [(n, k) for k in depths] for n in runners}
     order = random.Random(params.seed)
     for repeat in range(params.repeats):
-        widths = list(runners)
-        order.shuffle(widths)
-        for n in widths:
-            shuffled = list(depths)
-            order.shuffle(shuffled)
-            for k in shuffled:
-                steps = run_cell(runners[n], model_id, prompts[:n], k)
-                if not steps:
-                    raise RuntimeError(f"the decode at width {n}, depth {k} ran no full step to time "
-                                       "(its requests ended at once); use longer prompts or fewer widths")
-                counted[n, k] = counted.get((n, k), 0) + len(steps)
-                windows[Task(n, k, "verify")].append(statistics.median(v for _, v in steps))
-                if k:
-                    windows[Task(n, k, "draft")].append(statistics.median(d for d, _ in steps))
-                done += 1
-                on_run(done, total, f"repeat {repeat + 1}/{params.repeats} n={n} k={k}")
-    figures: dict[Task, float] = {}
-    for n in params.widths:
-        figures |= paired_seconds({t: w for t, w in windows.items() if t.n == n})
+        for n, k in visit_order(groups, order):
+            steps = run_cell(runners[n], model_id, prompts[:n], k)
+            if not steps:
+                raise RuntimeError(f"the decode at width {n}, depth {k} ran no full step to time "
+                                   "(its requests ended at once); use longer prompts or fewer widths")
+            counted[n, k] = counted.get((n, k), 0) + len(steps)
+            windows[Task(n, k, "verify")].append(statistics.median(v for _, v in steps))
+            if k:
+                windows[Task(n, k, "draft")].append(statistics.median(d for d, _ in steps))
+            done += 1
+            on_run(done, total, f"repeat {repeat + 1}/{params.repeats} n={n} k={k}")
+    figures = paired_seconds(windows)
     cells = tuple(_cell(n, k, windows, figures) for n in params.widths for k in depths)
     meta = {"method": f"in-loop: each cell a decode of {LOOP_TOKENS} tokens per request through the scheduler "
                       f"at that width and fixed depth, the median of its full steps (the first {SKIP_STEPS} "

@@ -20,6 +20,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 
@@ -32,6 +33,7 @@ from met.model.transformer import Transformer
 from met.speculative.spec_cost import MAX_DEPTH, Cell
 
 MAX_STEPS_PER_WINDOW = 100_000  # a step faster than window_s / this is not a step worth timing
+T = TypeVar("T")
 ENERGY_RETRIES = 2  # a window refused for its energy reading is measured again, twice as long
 
 
@@ -172,16 +174,14 @@ def measure(model: Transformer, meter: Meter, params: SweepParams,
     groups = {n: [t for t in todo if t.n == n] for n in params.widths}
     order = random.Random(params.seed)
     for repeat in range(params.repeats):
-        for task in _visit_order(groups, order):
+        for task in visit_order(groups, order):
             reading, steps = _window(fixture, task, meter, series[task].steps)
             series[task].seconds.append(reading.seconds / steps)
             if reading.joules is not None:
                 series[task].joules.append(reading.joules / steps)
             done += 1
             on_window(done, total, f"repeat {repeat + 1}/{params.repeats} {task.label}")
-    seconds: dict[Task, float] = {}
-    for group in groups.values():
-        seconds |= paired_seconds({t: series[t].seconds for t in group})
+    seconds = paired_seconds({t: series[t].seconds for t in todo})
     cells = tuple(_cell(n, k, series, seconds, meter.source != "none")
                   for n in params.widths for k in range(params.max_depth + 1))
     steps = [series[t].steps for t in todo]
@@ -237,8 +237,8 @@ def _window(fixture: StepFixture, task: Task, meter: Meter, steps: int) -> tuple
     raise AssertionError("unreachable")
 
 
-def _visit_order(groups: dict[int, list[Task]], order: random.Random) -> list[Task]:
-    """One repeat's windows: the widths shuffled, each width's tasks back to back in a shuffled order."""
+def visit_order(groups: dict[int, list[T]], order: random.Random) -> list[T]:
+    """One repeat's visits: the widths shuffled, each width's group (tasks or cells) back to back, shuffled."""
     widths = list(groups)
     order.shuffle(widths)
     visits = []
@@ -250,11 +250,19 @@ def _visit_order(groups: dict[int, list[Task]], order: random.Random) -> list[Ta
 
 
 def paired_seconds(windows: dict[Task, list[float]]) -> dict[Task, float]:
-    """Each task's figure from windows timed together (every task's window r back to back): see the module docstring.
+    """Each task's figure, paired with the other tasks of its width (window r of each timed back to back).
 
-    Example: two tasks whose windows are (1, 2) and (2, 4) seconds: both repeats have ratios 1/sqrt(2)
-    and sqrt(2) to their geometric means (sqrt(2), 2sqrt(2)), whose median is 1.5 sqrt(2): figures 1.5 and 3.0.
+    See the module docstring. Example: two tasks of one width whose windows are (1, 2) and (2, 4)
+    seconds: both repeats have ratios 1/sqrt(2) and sqrt(2) to their geometric means (sqrt(2),
+    2sqrt(2)), whose median is 1.5 sqrt(2): figures 1.5 and 3.0.
     """
+    figures: dict[Task, float] = {}
+    for n in sorted({t.n for t in windows}):
+        figures |= _paired_width({t: w for t, w in windows.items() if t.n == n})
+    return figures
+
+
+def _paired_width(windows: dict[Task, list[float]]) -> dict[Task, float]:
     repeats = {len(w) for w in windows.values()}
     if len(repeats) != 1 or not repeats.pop():
         raise ValueError("every task of a width needs the same number of windows, at least one")

@@ -117,6 +117,9 @@ def test_paired_seconds_worked_example():
     a, b = Task(1, 0, "verify"), Task(1, 1, "verify")
     figures = paired_seconds({a: [1.0, 2.0], b: [2.0, 4.0]})
     assert figures[a] == pytest.approx(1.5) and figures[b] == pytest.approx(3.0)
+    # each width is paired within itself: another width's windows change none of these figures
+    wide = paired_seconds({a: [1.0, 2.0], b: [2.0, 4.0], Task(4, 0, "verify"): [9.0, 1.0]})
+    assert wide[a] == figures[a] and wide[b] == figures[b] and wide[Task(4, 0, "verify")] == pytest.approx(5.0)
 
 
 windows = st.lists(st.floats(1e-4, 1.0), min_size=3, max_size=3)
