@@ -132,9 +132,13 @@ class _Recorder:
         self.shapes: Counter = Counter()
         self.seen: dict[str, SeqState] = {}
         self.tokens = 0  # emitted by steps
-        self.seconds = 0.0  # the scheduler's draft + verify wall time of each step
         self.steps: list[StepRecord] = []
         self._draft_s = 0.0
+
+    @property
+    def seconds(self) -> float:
+        """The scheduler's draft + verify wall time of every step."""
+        return sum(s.step_s for s in self.steps)
 
     def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
         for s in seqs:
@@ -150,7 +154,6 @@ class _Recorder:
     def observe(self, plan: StepPlan, outcomes: Sequence[Outcome], seconds: float) -> None:
         self.shapes[plan.mode, len(outcomes), max((o.proposed for o in outcomes), default=0)] += 1
         self.tokens += sum(o.emitted for o in outcomes)
-        self.seconds += seconds
         self.steps.append(StepRecord(tuple(o.proposed for o in outcomes), self._draft_s, seconds))
         self.policy.observe(plan, outcomes, seconds)
 
