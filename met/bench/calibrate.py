@@ -1,7 +1,7 @@
 """The drafter's acceptance calibration: run the MTP drafter against the target, record and fit every judged draft.
 
-Prompts are the held-out files of the model card's corpus split by default (code the model
-never trained on), or the user's. Each prompt is generated greedily with MTP drafts at a fixed
+Prompts are windows of the model card's held-out files by default (code the model never trained
+on; mid-file, clear of the windows `met bench policies` runs: `calibration_windows`), or the user's. Each prompt is generated greedily with MTP drafts at a fixed
 depth; a draft is *judged* when every draft before it in its chain was accepted, and each judged
 draft gives one outcome (its top-1 log-prob, accepted or not, its 1-based position).
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from met.engine.prompts import PromptError, read_jsonl_prompts
 from met.engine.runner import Draft, ModelRunner, Sampling
-from met.model.corpus import heldout_prompts
+from met.model.corpus import calibration_windows
 from met.model.tokenizer import EOS, encode
 from met.model.transformer import Transformer
 from met.speculative.spec_cost import AcceptanceCalibration, DrafterKey
@@ -24,8 +24,8 @@ Outcome = tuple[float | None, bool, int]  # (drafter's top-1 log-prob, accepted,
 class CalibrationParams:
     """How the calibration runs: prompts, their length, tokens generated per prompt, draft depth, batch."""
 
-    prompts: int = 64  # held-out prompts (when none are given)
-    prompt_bytes: int = 256  # bytes of each prompt (held-out files are cut to this)
+    prompts: int = 128  # held-out windows (when no prompts are given)
+    prompt_bytes: int = 256  # bytes of each prompt (prompts are cut to this)
     new_tokens: int = 128  # tokens generated per prompt
     depth: int = 4  # drafts per step: outcomes are recorded at positions 1..=depth
     batch: int = 16  # sequences per step
@@ -52,8 +52,8 @@ def read_prompts(path: Path, params: CalibrationParams) -> list[str]:
 
 
 def default_prompts(params: CalibrationParams) -> list[str]:
-    """The held-out files of the corpus split, cut to prompt_bytes: code the model never trained on."""
-    return heldout_prompts(params.prompts, params.prompt_bytes)
+    """Mid-file windows of the held-out files, prompt_bytes each: code the model never trained on."""
+    return calibration_windows(params.prompts, params.prompt_bytes)
 
 
 def judged(draft: Draft, accepted: int) -> Iterator[Outcome]:

@@ -77,7 +77,7 @@ CalibrateOpt = Annotated[bool | None, typer.Option(
     "(default: when the model has an MTP drafter).", show_default=False)]
 PromptsOpt = Annotated[Path | None, typer.Option(
     "--calibration-prompts", help="Calibration prompts: a JSON Lines file (strings or {\"prompt\": ...}) or a "
-    "folder of text files (default: the model card's held-out files).", show_default=False)]
+    "folder of text files (default: 128 mid-file windows of the model card's held-out files).", show_default=False)]
 OutOpt = Annotated[Path | None, typer.Option(
     "--out", help="Table file (default: tables/<box_class>/<recipe>.toml); the calibration goes to "
     "<out>.calibration.toml with .toml dropped.", show_default=False)]
@@ -213,7 +213,7 @@ class Request:
     params: SweepParams
     energy: str  # --energy as given: auto, nvml, rapl or none
     calibration: cal.CalibrationParams | None  # None: --no-calibrate
-    prompts: Path | None  # --calibration-prompts, else None: the held-out files
+    prompts: Path | None  # --calibration-prompts, else None: windows of the held-out files
     out: Path
     depth_given: bool = False  # --max-depth was passed (a model without a drafter refuses k > 0, not drops it)
     calibrate_given: bool = False  # --calibrate was passed (likewise)

@@ -71,20 +71,39 @@ def heldout_prompts(count: int, prompt_bytes: int = 256, root: Path | None = Non
 def heldout_code(count: int, offset: int = 1024, size: int = 256, root: Path | None = None) -> list[str]:
     """`count` prompts of about `size` bytes from held-out files, from the first line start after `offset`.
 
-    Benchmarks use these rather than `heldout_prompts`: the drafter's calibration is fitted on the
-    files' openings, so prompts cut from further in do not overlap it. Files shorter than
+    Benchmarks use these (offset 1024): the drafter's calibration is fitted on `calibration_windows`,
+    which start at CALIBRATION_START or later, so the two never share a byte. Files shorter than
     offset + size / 2 give none, so fewer than `count` may come back.
     """
+    return [text for _, text in zip(range(count), _windows(_heldout_bytes(root), [offset], size))]
+
+
+CALIBRATION_START, CALIBRATION_STRIDE = 2048, 2048  # past the benchmarks' prompts and their continuations
+
+
+def calibration_windows(count: int, size: int = 256, root: Path | None = None) -> list[str]:
+    """`count` windows of held-out code for the drafter's calibration: mid-file, clear of `heldout_code`'s.
+
+    Each held-out file gives a window at CALIBRATION_START bytes, then one every CALIBRATION_STRIDE
+    bytes: every file's first window, then every file's second, and so on, so a small `count` still
+    spans many files. Mid-file code, as a completion serve sees it, not the files' openings (licence
+    headers and imports, where the drafter is accepted less often).
+    """
+    files = _heldout_bytes(root)
+    offsets = range(CALIBRATION_START, max((len(d) for d in files), default=0), CALIBRATION_STRIDE)
+    return [text for _, text in zip(range(count), _windows(files, offsets, size))]
+
+
+def _heldout_bytes(root: Path | None) -> list[bytes]:
     root = root or stdlib_root()
-    prompts = []
-    for path in stdlib_files(root):
-        if not is_heldout(path.relative_to(root).as_posix()):
-            continue
-        data = path.read_bytes()
-        start = data.find(b"\n", offset) + 1
-        text = data[start : start + size].decode("utf-8", errors="ignore")
-        if start > 0 and len(text) >= size // 2:
-            prompts.append(text)
-        if len(prompts) == count:
-            break
-    return prompts
+    return [p.read_bytes() for p in stdlib_files(root) if is_heldout(p.relative_to(root).as_posix())]
+
+
+def _windows(files: list[bytes], offsets, size: int):
+    """For each offset in turn, each file's `size` bytes from its first line start after the offset."""
+    for offset in offsets:
+        for data in files:
+            start = data.find(b"\n", offset) + 1
+            text = data[start : start + size].decode("utf-8", errors="ignore")
+            if start > 0 and len(text) >= size // 2:
+                yield text

@@ -1,0 +1,53 @@
+"""Held-out prompts (met.model.corpus): the calibration's windows never share a byte with the benchmarks'."""
+
+import pytest
+
+from met.bench.policies_cli import DEFAULTS, PROMPT_BYTES, PROMPT_OFFSET
+from met.model.corpus import (CALIBRATION_START, CALIBRATION_STRIDE, calibration_windows, heldout_code,
+                              is_heldout)
+
+LINE = 16  # each line of a fake file is "#" + its own byte offset, so a window says where it was cut
+
+
+def _lines(size: int) -> bytes:
+    return b"".join(f"#{off:014d}\n".encode() for off in range(0, size, LINE))
+
+
+def _offsets(text: str) -> list[int]:
+    return [int(line[1:]) for line in text.split("\n") if len(line) == LINE - 1]
+
+
+@pytest.fixture
+def root(tmp_path):
+    """A fake stdlib of three held-out files (10, 5 and 1 KiB) and one training file."""
+    names = sorted([n for n in (f"m{i}.py" for i in range(2000)) if is_heldout(n)][:3])  # as listed
+    trained = next(n for n in (f"t{i}.py" for i in range(2000)) if not is_heldout(n))
+    for name, size in zip(names, (10240, 5120, 1024)):
+        (tmp_path / name).write_bytes(_lines(size))
+    (tmp_path / trained).write_bytes(_lines(10240))
+    return tmp_path
+
+
+def test_calibration_windows_start_past_the_benchmark_prompts_and_their_continuations():
+    assert PROMPT_OFFSET + PROMPT_BYTES + DEFAULTS["max_tokens"] + LINE <= CALIBRATION_START
+
+
+def test_calibration_windows_go_round_the_files_then_deeper(root):
+    windows = calibration_windows(100, size=64, root=root)
+    starts = [_offsets(w)[0] for w in windows]
+    # each from the first line start after its offset; the 1 KiB file gives none, the 5 KiB file two
+    assert starts == [o + LINE for o in (2048, 2048, 4096, 4096, 6144, 8192)]
+    assert all(len(w) == 64 for w in windows)
+    assert calibration_windows(3, size=64, root=root) == windows[:3]
+
+
+def test_calibration_windows_share_no_byte_with_the_benchmark_prompts(root):
+    bench = [o for t in heldout_code(16, offset=PROMPT_OFFSET, size=PROMPT_BYTES, root=root) for o in _offsets(t)]
+    calib = [o for t in calibration_windows(100, root=root) for o in _offsets(t)]
+    assert bench and calib
+    assert max(bench) + LINE <= CALIBRATION_START <= min(calib)
+    assert all(o % CALIBRATION_STRIDE < PROMPT_BYTES + LINE for o in calib)
+
+
+def test_no_held_out_files_give_no_windows(tmp_path):
+    assert calibration_windows(8, root=tmp_path) == []
