@@ -121,6 +121,7 @@ class StepRecord(NamedTuple):
     proposed: tuple[int, ...]
     draft_s: float
     step_s: float  # the scheduler's draft + verify wall time
+    planned_at: float  # perf_counter when the scheduler asked for the step's plan: one per tick
 
 
 class _Recorder:
@@ -134,6 +135,7 @@ class _Recorder:
         self.tokens = 0  # emitted by steps
         self.steps: list[StepRecord] = []
         self._draft_s = 0.0
+        self._planned_at = 0.0
 
     @property
     def seconds(self) -> float:
@@ -141,6 +143,7 @@ class _Recorder:
         return sum(s.step_s for s in self.steps)
 
     def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
+        self._planned_at = time.perf_counter()
         for s in seqs:
             self.seen.setdefault(s.request.id, s)
         return self.policy.plan(runner, seqs)
@@ -154,7 +157,7 @@ class _Recorder:
     def observe(self, plan: StepPlan, outcomes: Sequence[Outcome], seconds: float) -> None:
         self.shapes[plan.mode, len(outcomes), max((o.proposed for o in outcomes), default=0)] += 1
         self.tokens += sum(o.emitted for o in outcomes)
-        self.steps.append(StepRecord(tuple(o.proposed for o in outcomes), self._draft_s, seconds))
+        self.steps.append(StepRecord(tuple(o.proposed for o in outcomes), self._draft_s, seconds, self._planned_at))
         self.policy.observe(plan, outcomes, seconds)
 
 

@@ -137,8 +137,9 @@ def spec_cost(
 
     Without an energy source (--energy none, or auto where none works) an embedded recipe's cells
     are timed inside running decodes: per cell, held-out prompts through the scheduler at that
-    width drafting k every step, the median of its full steps (a step timed alone, again and
-    again, runs with caches warm for it: on a CPU that priced draft steps 10-30% low). With
+    width drafting k every step, the median of its full steps, each step's verify time the rest
+    of its scheduler tick (a step timed alone, again and again, runs with caches warm for it: on a
+    CPU that priced draft steps 10-30% low). With
     energy, for a checkpoint folder and for DFlash, each cell is timed in windows of many
     identical steps. Either way each repeat times a width's cells back to back (widths and cells
     in a new shuffled order), and a cell's time is its median over repeats paired with its

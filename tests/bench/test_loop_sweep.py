@@ -42,14 +42,20 @@ def test_a_decode_at_depth_k_drafts_k_for_every_sequence(micro):
     assert steps and all(d > 0 and v > 0 for d, v in steps)
 
 
-def test_only_full_steps_after_the_first_are_counted():
-    full = StepRecord((1, 1), 0.002, 0.010)
-    steps = [full] * SKIP_STEPS + [  # the prompt's catch-up steps
-        full,
-        StepRecord((1,), 0.002, 0.010),  # a request ended: narrower than the cell
-        StepRecord((0, 1), 0.002, 0.010),  # one sequence short of room: fewer drafts
+def test_only_full_steps_after_the_first_are_counted_each_to_the_next_tick():
+    shapes = [(1, 1)] * SKIP_STEPS + [  # the prompt's catch-up steps
+        (1, 1),
+        (1,),  # a request ended: narrower than the cell
+        (0, 1),  # one sequence short of room: fewer drafts
+        (1, 1),
+        (1, 1),  # the last: no next tick ends it
     ]
-    assert counted_steps(steps, width=2, depth=1) == [(0.002, 0.008)]
+    # each step's draft takes 2 ms and the scheduler's step 10 ms; each tick 12 ms, the sixth 15 ms
+    ticks = [0.012] * 5 + [0.015, 0.012]
+    starts = [sum(ticks[:i]) for i in range(len(shapes))]
+    steps = [StepRecord(shape, 0.002, 0.010, t) for shape, t in zip(shapes, starts)]
+    got = counted_steps(steps, width=2, depth=1)
+    assert [(round(d, 9), round(v, 9)) for d, v in got] == [(0.002, 0.010), (0.002, 0.013)]
 
 
 def test_too_few_prompts_or_too_long_a_decode_is_refused(micro):
