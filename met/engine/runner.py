@@ -70,16 +70,26 @@ def _truncate(draft: Draft, k: int) -> None:
         draft.q = draft.q[:k] if k else None
 
 
-# A sequence whose MTP block has more rows than this to catch up on (a prompt just prefilled) gets a
-# catch-up pass of its own: batched with the others, every row would be padded to its length (at
-# width 4 after a 256-token prompt, a 4 x 256 pass of which three quarters is padding).
+# Catch-ups of at most this many rows share one pass. Longer ones (a prompt just prefilled, or every
+# row of a run of plain steps) share a pass only with catch-ups of the same power-of-two size class:
+# batched with short ones, every row would be padded to the longest (at width 4 after a 256-token
+# prompt, a 4 x 256 pass of which three quarters is padding), while a pass per sequence pays the
+# per-pass overhead width times (at width 16 after 16 plain steps: 16 passes of 17 rows, 15.9 ms
+# on the development box, against 2.5 ms for a draft after a drafting step).
 CATCHUP_SHARED_ROWS = 16
 
 
 def catchup_groups(rows: list[int]) -> list[list[int]]:
-    """Indices of `rows` in catch-up passes: every short catch-up in one, each long one (a prompt) alone."""
+    """Indices of `rows` in catch-up passes: every short catch-up in one, the long ones by size class.
+
+    Within a long pass no row is padded to more than twice its length.
+    """
     short = [b for b, r in enumerate(rows) if r <= CATCHUP_SHARED_ROWS]
-    return ([short] if short else []) + [[b] for b, r in enumerate(rows) if r > CATCHUP_SHARED_ROWS]
+    classes: dict[int, list[int]] = {}
+    for b, r in enumerate(rows):
+        if r > CATCHUP_SHARED_ROWS:
+            classes.setdefault((r - 1).bit_length(), []).append(b)  # r in (2^(c-1), 2^c]
+    return ([short] if short else []) + [classes[c] for c in sorted(classes)]
 
 
 class ModelRunner:

@@ -227,11 +227,24 @@ def test_mtp_catch_up_beside_a_deep_sequence_drafts_as_each_alone(model):
         assert got.tokens == want.tokens and got.confidences == pytest.approx(want.confidences, abs=1e-9)
 
 
-def test_catch_up_groups_short_rows_together_and_each_prompt_alone():
+def test_catch_up_groups_short_rows_together_and_long_ones_by_size_class():
     # a just-prefilled prompt's catch-up is not padded onto the others' few rows
-    assert catchup_groups([3, 100, 1, 40]) == [[0, 2], [1], [3]]
+    assert catchup_groups([3, 100, 1, 40]) == [[0, 2], [3], [1]]
     assert catchup_groups([2, 2]) == [[0, 1]]
     assert catchup_groups([CATCHUP_SHARED_ROWS + 1]) == [[0]]
+    # a run of plain steps leaves every sequence the same long catch-up: one pass, not one each
+    assert catchup_groups([17] * 16) == [list(range(16))]
+    # prompts admitted together share a pass when no row would be padded past twice its length
+    assert catchup_groups([256, 200, 129, 128, 5]) == [[4], [3], [0, 1, 2]]
+
+
+@pytest.mark.parametrize("rows", [[1], [16, 17], [3, 100, 1, 40, 64, 65], [17] * 16, [300, 2, 150, 151, 33]])
+def test_catch_up_groups_cover_every_row_once_padding_long_ones_at_most_twice(rows):
+    groups = catchup_groups(rows)
+    assert sorted(b for g in groups for b in g) == list(range(len(rows)))
+    for g in groups:
+        longest = max(rows[b] for b in g)
+        assert all(rows[b] <= CATCHUP_SHARED_ROWS for b in g) or all(2 * rows[b] >= longest for b in g)
 
 
 def test_mtp_drafts_keep_their_rows_when_a_prompt_catches_up_in_between(model):
