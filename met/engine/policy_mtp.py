@@ -16,7 +16,11 @@ not. kmax is the least of the table's, the model's MTP depth and the width tier'
 A plain step leaves no confidences, so the next plan reads the priors; where the priors favour
 plain decode the planner would never draft again, however predictable the text became. So after
 PROBE_AFTER plain steps in a row, a step drafts anyway and verifies at least one draft (its
-replans still choose how many more): the drafts' confidences are what the next plan reads.
+replans still choose how many more): the drafts' confidences are what the next plan reads. A probe
+is dear: its MTP pass first catches up on every row of the plain steps before it (at width 16 after
+16 plain steps, 3.2x a draft after a drafting step: benchmarks/mtp_catchup.py). So a probe the next
+plan does not follow with drafts of its own doubles the run of plain steps before the next probe,
+up to PROBE_AFTER_MAX; a step that drafts by plan sets it back to PROBE_AFTER.
 
 Fixed depth (`met bench policies`' baselines): the same k every step, no gate; the capacity clamp
 still applies, so the default pools verify one draft at widths 9..=16 whatever k is.
@@ -77,10 +81,11 @@ class MtpLadderPolicy:
 
 
 PROBE_AFTER = 16  # plain steps in a row after which the measured planner's next step drafts anyway
+PROBE_AFTER_MAX = 128  # the longest run of plain steps between probes, after probes that found nothing
 
 
 class MtpPlannedPolicy:
-    """--spec mtp --spec-cost-model measured: the planner's k -> clamp (with a probe after a run of plain steps)."""
+    """--spec mtp --spec-cost-model measured: the planner's k -> clamp (with probes after runs of plain steps)."""
 
     name = "mtp/measured"
 
@@ -89,13 +94,18 @@ class MtpPlannedPolicy:
         self.num_drafts = num_drafts
         self.pools = pools
         self.plain_steps = 0  # plain steps in a row
+        self.probe_after = PROBE_AFTER  # plain steps in a row before the next probe
         self.probing = False  # the step being planned drafts to refresh the confidences
 
     def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
         width = len(seqs)
         kmax = min(self.state.table.kmax, self.num_drafts, self.pools.max_drafts(width))
         decision = self.state.plan(width, [list(s.confidences) for s in seqs], kmax)
-        self.probing = decision.k == 0 and kmax > 0 and self.plain_steps >= PROBE_AFTER
+        if decision.k:
+            self.probe_after = PROBE_AFTER
+        elif self.probing:  # the last step probed and its drafts did not convince the plan
+            self.probe_after = min(2 * self.probe_after, PROBE_AFTER_MAX)
+        self.probing = decision.k == 0 and kmax > 0 and self.plain_steps >= self.probe_after
         why = decision.why if not self.probing else f"probe after {self.plain_steps} plain steps ({decision.why})"
         # A drafting step may go as deep as kmax: the plans made while drafting decide where it stops.
         depths, clamp = clamp_depths(kmax if decision.k or self.probing else 0, runner, seqs, self.pools)

@@ -8,7 +8,7 @@ from met.engine.policy import PolicyConfig, build_policy
 from met.engine.policy_base import Outcome, PlainPolicy, clamp_depths
 from met.engine.policy_dflash import DflashPolicy
 from met.engine.policy_lookup import LookupPolicy
-from met.engine.policy_mtp import PROBE_AFTER, MtpFixedPolicy, MtpLadderPolicy, MtpPlannedPolicy
+from met.engine.policy_mtp import PROBE_AFTER, PROBE_AFTER_MAX, MtpFixedPolicy, MtpLadderPolicy, MtpPlannedPolicy
 from met.engine.proposer import Proposer
 from met.engine.requests import QueueSink, Request, SeqState
 from met.engine.runner import Draft
@@ -160,6 +160,19 @@ def test_measured_planner_probes_after_a_run_of_plain_steps():
     drafts = p.draft(runner, unsure, probe)
     assert runner.asked == [1] and [len(d.tokens) for d in drafts] == [1]  # the plan alone would verify none
     assert p.plan(_runner(), unsure).mode == "plain" and p.plain_steps == 1
+
+
+def test_measured_planner_backs_off_probes_that_find_nothing_and_resets_when_it_drafts():
+    # each probe whose drafts leave the next plan plain doubles the run before the next probe, up to
+    # PROBE_AFTER_MAX; a step the plan drafts on its own sets it back
+    p = MtpPlannedPolicy(_state(), 4, DEFAULT_POOLS)
+    unsure, sure = _seqs(1, confidences=[-5.0] * 4), _seqs(1, confidences=[-0.01] * 4)
+    modes = "".join("d" if p.plan(_runner(), unsure).mode == "mtp" else "." for _ in range(600))
+    runs = [len(r) for r in modes.split("d")[:-1]]
+    assert runs[:5] == [PROBE_AFTER, 2 * PROBE_AFTER, 4 * PROBE_AFTER, PROBE_AFTER_MAX, PROBE_AFTER_MAX]
+    assert p.plan(_runner(), sure).mode == "mtp" and p.probe_after == PROBE_AFTER
+    plans = [p.plan(_runner(), unsure) for _ in range(PROBE_AFTER + 1)]
+    assert [pl.mode for pl in plans] == ["plain"] * PROBE_AFTER + ["mtp"]
 
 
 def test_measured_planner_kmax_respects_the_wide_tier_pool():
