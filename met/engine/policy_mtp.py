@@ -20,7 +20,11 @@ replans still choose how many more): the drafts' confidences are what the next p
 is dear: its MTP pass first catches up on every row of the plain steps before it (at width 16 after
 16 plain steps, 3.2x a draft after a drafting step: benchmarks/mtp_catchup.py). So a probe the next
 plan does not follow with drafts of its own doubles the run of plain steps before the next probe,
-up to PROBE_AFTER_MAX; a step that drafts by plan sets it back to PROBE_AFTER.
+up to PROBE_AFTER_MAX; a step that drafts by plan sets it back to PROBE_AFTER. And a probe leaves
+out a sequence whose MTP block is more than PROBE_AFTER_MAX + 1 rows behind: one that never drafted,
+whose catch-up is its whole prompt (width 16, 200-token prompts: 66 ms, ten plain steps;
+benchmarks/mtp_catchup.py), where the priors, the calibration's average for such text, already
+chose plain decode.
 
 Fixed depth (`met bench policies`' baselines): the same k every step, no gate; the capacity clamp
 still applies, so the default pools verify one draft at widths 9..=16 whatever k is.
@@ -82,6 +86,7 @@ class MtpLadderPolicy:
 
 PROBE_AFTER = 16  # plain steps in a row after which the measured planner's next step drafts anyway
 PROBE_AFTER_MAX = 128  # the longest run of plain steps between probes, after probes that found nothing
+PROBE_BEHIND_MAX = PROBE_AFTER_MAX + 1  # a probe drafts for a sequence at most this many MTP rows behind
 
 
 class MtpPlannedPolicy:
@@ -106,9 +111,12 @@ class MtpPlannedPolicy:
         elif self.probing:  # the last step probed and its drafts did not convince the plan
             self.probe_after = min(2 * self.probe_after, PROBE_AFTER_MAX)
         self.probing = decision.k == 0 and kmax > 0 and self.plain_steps >= self.probe_after
-        why = decision.why if not self.probing else f"probe after {self.plain_steps} plain steps ({decision.why})"
         # A drafting step may go as deep as kmax: the plans made while drafting decide where it stops.
         depths, clamp = clamp_depths(kmax if decision.k or self.probing else 0, runner, seqs, self.pools)
+        if self.probing:
+            depths = tuple(d if runner.mtp_behind(s.slot) <= PROBE_BEHIND_MAX else 0 for d, s in zip(depths, seqs))
+            self.probing = any(depths)
+        why = decision.why if not self.probing else f"probe after {self.plain_steps} plain steps ({decision.why})"
         self.plain_steps = 0 if any(depths) else self.plain_steps + 1
         depth = max(decision.k, int(self.probing))
         return StepPlan("mtp" if depth else "plain", depth, depths, joined(why, clamp), decision)

@@ -120,6 +120,10 @@ class ModelRunner:
         """Drafts the slot can still verify: cache room minus the pending token."""
         return self.cache.room(slot) - 1
 
+    def mtp_behind(self, slot: int) -> int:
+        """Rows the slot's MTP block has yet to catch up on before its next draft (a prompt, plain steps)."""
+        return len(self.seqs[slot].catchup_tok)
+
     def release(self, slot: int) -> None:
         """Free a slot at once (finished or cancelled sequence)."""
         self.seqs.pop(slot, None)

@@ -8,7 +8,8 @@ from met.engine.policy import PolicyConfig, build_policy
 from met.engine.policy_base import Outcome, PlainPolicy, clamp_depths
 from met.engine.policy_dflash import DflashPolicy
 from met.engine.policy_lookup import LookupPolicy
-from met.engine.policy_mtp import PROBE_AFTER, PROBE_AFTER_MAX, MtpFixedPolicy, MtpLadderPolicy, MtpPlannedPolicy
+from met.engine.policy_mtp import (PROBE_AFTER, PROBE_AFTER_MAX, PROBE_BEHIND_MAX, MtpFixedPolicy, MtpLadderPolicy,
+                                   MtpPlannedPolicy)
 from met.engine.proposer import Proposer
 from met.engine.requests import QueueSink, Request, SeqState
 from met.engine.runner import Draft
@@ -19,8 +20,8 @@ from met.speculative.spec_cost import (AcceptanceCalibration, Cell, ConfidenceBi
                                        PositionPrior, SpecCostState, TableKey)
 
 
-def _runner(length: int = 10, max_len: int = 128):
-    return SimpleNamespace(length=lambda slot: length, max_len=max_len)
+def _runner(length: int = 10, max_len: int = 128, behind: int = 1):
+    return SimpleNamespace(length=lambda slot: length, max_len=max_len, mtp_behind=lambda slot: behind)
 
 
 def _seqs(n: int, max_tokens: int = 100, confidences: list[float] | None = None, spec: str = "off") -> list[SeqState]:
@@ -173,6 +174,21 @@ def test_measured_planner_backs_off_probes_that_find_nothing_and_resets_when_it_
     assert p.plan(_runner(), sure).mode == "mtp" and p.probe_after == PROBE_AFTER
     plans = [p.plan(_runner(), unsure) for _ in range(PROBE_AFTER + 1)]
     assert [pl.mode for pl in plans] == ["plain"] * PROBE_AFTER + ["mtp"]
+
+
+def test_measured_planner_probe_leaves_out_sequences_whose_mtp_block_is_a_prompt_behind():
+    # two sequences that drafted before (a plain run behind) and one just prefilled (a prompt behind)
+    p = MtpPlannedPolicy(_state(), 4, DEFAULT_POOLS)
+    behind = {0: PROBE_AFTER + 1, 1: PROBE_BEHIND_MAX, 2: PROBE_BEHIND_MAX + 1}
+    runner = SimpleNamespace(length=lambda slot: 10, max_len=128, mtp_behind=behind.get)
+    unsure = _seqs(3, confidences=[-5.0] * 4)
+    plans = [p.plan(runner, unsure) for _ in range(PROBE_AFTER + 1)]
+    assert plans[-1].mode == "mtp" and plans[-1].depths == (4, 4, 0)
+    # when every sequence is a prompt behind there is no probe: the step decodes plainly
+    p = MtpPlannedPolicy(_state(), 4, DEFAULT_POOLS)
+    fresh = _runner(behind=256)
+    assert all(p.plan(fresh, unsure).mode == "plain" for _ in range(3 * PROBE_AFTER))
+    assert not p.probing and p.plain_steps == 3 * PROBE_AFTER
 
 
 def test_measured_planner_kmax_respects_the_wide_tier_pool():
