@@ -37,7 +37,7 @@ RULES = {"size classes": runner_mod.catchup_groups, "one pass each": one_pass_ea
 
 
 def sample(model, prompts: list[list[int]], plain: int | str, rule) -> tuple[float, float | None]:
-    """Seconds of one depth-1 draft after `plain` plain steps under a catch-up grouping rule, and of the last plain step."""
+    """Seconds of a depth-1 draft after `plain` plain steps under a catch-up grouping rule; of the last plain step."""
     slots = list(range(len(prompts)))
     runner = ModelRunner(model, len(prompts), max(map(len, prompts)) + 48)
     runner.prefill(slots, prompts, [Sampling()] * len(slots))

@@ -1,9 +1,10 @@
 """The drafter's acceptance calibration: run the MTP drafter against the target, record and fit every judged draft.
 
 Prompts are windows of the model card's held-out files by default (code the model never trained
-on; mid-file, clear of the windows `met bench policies` runs: `calibration_windows`), or the user's. Each prompt is generated greedily with MTP drafts at a fixed
-depth; a draft is *judged* when every draft before it in its chain was accepted, and each judged
-draft gives one outcome (its top-1 log-prob, accepted or not, its 1-based position).
+on; mid-file, clear of the windows `met bench policies` runs: `calibration_windows`), or the
+user's. Each prompt is generated greedily with MTP drafts at a fixed depth; a draft is *judged*
+when every draft before it in its chain was accepted, and each judged draft gives one outcome
+(its top-1 log-prob, accepted or not, its 1-based position).
 """
 
 from collections.abc import Callable, Iterator

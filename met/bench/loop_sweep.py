@@ -8,9 +8,8 @@ prompts through a Scheduler drafting k every step (k = 0: plain decode), on the 
 serve runs, driven by met bench policies' run_once. The draft step is timed around the policy's
 draft call; the verify step is the rest of the scheduler's tick, from one plan to the next: the
 verify forward and the host work a serve pays once per step whatever its depth (planning,
-acceptance bookkeeping, streaming, the snapshot: at width 1 on the development box about 0.1 ms
-of a 1.9 ms plain step, 0.18 ms of a 4.8 ms depth-3 one). Plain decode takes more steps per token,
-so leaving that work out priced it too cheaply against speculation. Steps narrower than n (a
+acceptance bookkeeping, streaming, the snapshot). Plain decode takes more steps per token, so
+leaving that work out priced it too cheaply against speculation. Steps narrower than n (a
 request ended early), drafting fewer than k (KV room), among the first SKIP_STEPS of a run (the
 prompt's MTP catch-up), or the last of a run (no next tick to end it) are not counted; a run's
 figure is the median of its counted steps.
@@ -41,7 +40,7 @@ SKIP_STEPS = 2  # a run's first steps carry the prompt's MTP catch-up: not count
 
 
 def counted_steps(steps: Sequence[StepRecord], width: int, depth: int) -> list[tuple[float, float]]:
-    """(draft, rest of the tick) seconds of the steps a cell counts: after the first SKIP_STEPS, width x depth drafts."""
+    """(draft, rest of the tick) seconds of each counted step: past the first SKIP_STEPS, width x depth drafts."""
     return [(s.draft_s, max(after.planned_at - s.planned_at - s.draft_s, 1e-9))
             for s, after in zip(steps[SKIP_STEPS:], steps[SKIP_STEPS + 1:])
             if len(s.proposed) == width and all(p == depth for p in s.proposed)]
