@@ -31,12 +31,17 @@ from met.bench.sweep import (SweepParams, SweepResult, Task, iqr, paired_seconds
 from met.engine.policy_base import PlainPolicy
 from met.engine.policy_mtp import MtpFixedPolicy
 from met.engine.runner import ModelRunner
+from met.model.tokenizer import BYTES, Tokenizer
 from met.model.transformer import Transformer
 from met.speculative.spec_capacity import VerifyPools
 from met.speculative.spec_cost import Cell
 
 LOOP_TOKENS = 48  # tokens each request decodes in one run
 SKIP_STEPS = 2  # a run's first steps carry the prompt's MTP catch-up: not counted
+
+
+class NothingTimed(RuntimeError):
+    """A cell's decode ran no step that could be counted (its requests ended at once, e.g. on EOS)."""
 
 
 def counted_steps(steps: Sequence[StepRecord], width: int, depth: int) -> list[tuple[float, float]]:
@@ -47,20 +52,25 @@ def counted_steps(steps: Sequence[StepRecord], width: int, depth: int) -> list[t
 
 
 def run_cell(runner: ModelRunner, model_id: str, prompts: Sequence[Sequence[int]], depth: int,
-             tokens: int = LOOP_TOKENS) -> list[tuple[float, float]]:
+             tokens: int = LOOP_TOKENS, tokenizer: Tokenizer = BYTES) -> list[tuple[float, float]]:
     """One decode of len(prompts) requests (the runner's width) at a fixed depth: its counted steps' (draft, verify)."""
     width = runner.cache.max_batch
     if len(prompts) != width:
         raise ValueError(f"{len(prompts)} prompts for a runner of width {width}")
     pools = VerifyPools(((width, depth),))  # no pool clamp: every sequence drafts `depth`
     policy = PlainPolicy() if depth == 0 else MtpFixedPolicy(depth, runner.model.cfg.mtp_depth, pools)
-    _, _, recorder, _ = policies.run_once(runner, policy, model_id, prompts, tokens)
+    _, _, recorder, _ = policies.run_once(runner, policy, model_id, prompts, tokens, tokenizer)
     return counted_steps(recorder.steps, width, depth)
 
 
 def measure_in_loop(model: Transformer, model_id: str, prompts: Sequence[Sequence[int]], params: SweepParams,
-                    on_run: Callable[[int, int, str], None] = lambda done, total, label: None) -> SweepResult:
-    """Every cell of the sweep timed in running decodes of `prompts` (at least max(widths) of them)."""
+                    on_run: Callable[[int, int, str], None] = lambda done, total, label: None,
+                    tokenizer: Tokenizer = BYTES) -> SweepResult:
+    """Every cell of the sweep timed in running decodes of `prompts` (at least max(widths) of them).
+
+    `tokenizer` is the model's: its EOS ids end requests and its decoder streams their text.
+    NothingTimed if a cell's decode ends before a step can be counted.
+    """
     if len(prompts) < max(params.widths):
         raise ValueError(f"{len(prompts)} prompts for widths up to {max(params.widths)}")
     longest = max(len(p) for p in prompts[: max(params.widths)])
@@ -74,7 +84,7 @@ def measure_in_loop(model: Transformer, model_id: str, prompts: Sequence[Sequenc
     done = 0
     for n, runner in runners.items():  # warm-up: one run per cell, not kept
         for k in depths:
-            run_cell(runner, model_id, prompts[:n], k)
+            run_cell(runner, model_id, prompts[:n], k, tokenizer=tokenizer)
             done += 1
             on_run(done, total, f"warm-up n={n} k={k}")
     windows: dict[Task, list[float]] = {t: [] for t in tasks(params)}
@@ -83,10 +93,10 @@ def measure_in_loop(model: Transformer, model_id: str, prompts: Sequence[Sequenc
     order = random.Random(params.seed)
     for repeat in range(params.repeats):
         for n, k in visit_order(groups, order):
-            steps = run_cell(runners[n], model_id, prompts[:n], k)
+            steps = run_cell(runners[n], model_id, prompts[:n], k, tokenizer=tokenizer)
             if not steps:
-                raise RuntimeError(f"the decode at width {n}, depth {k} ran no full step to time "
-                                   "(its requests ended at once); use longer prompts or fewer widths")
+                raise NothingTimed(f"the decode at width {n}, depth {k} ran no full step to time "
+                                   "(its requests ended at once)")
             counted[n, k] = counted.get((n, k), 0) + len(steps)
             windows[Task(n, k, "verify")].append(statistics.median(v for _, v in steps))
             if k:

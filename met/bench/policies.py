@@ -24,6 +24,7 @@ from met.engine.policy_mtp import MtpFixedPolicy, MtpLadderPolicy, MtpPlannedPol
 from met.engine.requests import Delta, Event, Failed, Finished, Request, SeqState
 from met.engine.runner import Draft, ModelRunner
 from met.engine.scheduler import Scheduler
+from met.model.tokenizer import BYTES, Tokenizer
 from met.model.transformer import Transformer
 from met.speculative.spec_capacity import VerifyPools
 from met.speculative.spec_cost import SpecCostState
@@ -182,10 +183,10 @@ class _Sink:
 
 
 def run_once(runner: ModelRunner, policy: Policy, model_id: str, prompts: Sequence[Sequence[int]],
-             max_tokens: int) -> tuple[float, Scheduler, _Recorder, list[_Sink]]:
+             max_tokens: int, tokenizer: Tokenizer = BYTES) -> tuple[float, Scheduler, _Recorder, list[_Sink]]:
     """Every prompt through a fresh scheduler over `runner` (its slots are the concurrency); wall seconds and all."""
     recorder = _Recorder(policy)
-    scheduler = Scheduler(runner, recorder, model_id)
+    scheduler = Scheduler(runner, recorder, model_id, tokenizer=tokenizer)
     done = [0]
     sinks = [_Sink(done) for _ in prompts]
     t0 = time.perf_counter()

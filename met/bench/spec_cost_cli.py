@@ -17,7 +17,7 @@ import typer
 
 from met import __version__
 from met.bench import calibrate as cal
-from met.bench.loop_sweep import measure_in_loop
+from met.bench.loop_sweep import NothingTimed, measure_in_loop
 from met.bench.meters import ENERGY_CHOICES, EnergyReadError, EnergyUnavailable, Meter, open_meter
 from met.bench.progress import Reporter
 from met.bench.sweep import QUICK, SweepParams, check_fits, measure
@@ -31,8 +31,8 @@ from met.model.corpus import heldout_prompts
 from met.model.dflash import DflashDrafter, load_drafter, shipped_path
 from met.model.hf_config import CheckpointError
 from met.model.recipes import DEFAULT_RECIPE, Recipe, RecipeError, embedded
-from met.model.sources import is_path, recipe_name, resolve
-from met.model.tokenizer import encode
+from met.model.sources import is_path, recipe_name, resolve, tokenizer_for
+from met.model.tokenizer import BYTES, Tokenizer
 from met.speculative.spec_cost import AcceptanceCalibration, CostTable, SpecCostError, TableParseError
 
 EX_USAGE = 2  # what click answers a bad option with; the command uses it for bad values it finds later
@@ -135,13 +135,13 @@ def spec_cost(
 ) -> None:
     """Measure what a verify step and an MTP draft step cost at each width and depth on this box; write the table.
 
-    Without an energy source (--energy none, or auto where none works) an embedded recipe's cells
-    are timed inside running decodes: per cell, held-out prompts through the scheduler at that
-    width drafting k every step, the median of its full steps, each step's verify time the rest
-    of its scheduler tick (a step timed alone, again and again, runs with caches warm for it: on a
-    CPU that priced draft steps 10-30% low). With
-    energy, for a checkpoint folder and for DFlash, each cell is timed in windows of many
-    identical steps. Either way each repeat times a width's cells back to back (widths and cells
+    Without an energy source (--energy none, or auto where none works) the cells are timed inside
+    running decodes: per cell, held-out prompts (in the model's own tokenizer) through the
+    scheduler at that width drafting k every step, the median of its full steps, each step's
+    verify time the rest of its scheduler tick (a step timed alone, again and again, runs with
+    caches warm for it: on a CPU that priced draft steps 10-30% low). With energy, for DFlash, for
+    a checkpoint folder without tokenizer.json, and where a decode ends before a step can be
+    timed, each cell is timed in windows of many identical steps. Either way each repeat times a width's cells back to back (widths and cells
     in a new shuffled order), and a cell's time is its median over repeats paired with its
     width's other cells of the same repeat, so a slowdown they share cancels. The run holds a
     lock beside the table and replaces the table atomically, so cron may run it unattended. When
@@ -264,8 +264,8 @@ def _sweep(req: Request, params: SweepParams, recipe: Recipe, model: torch.nn.Mo
            reporter: Reporter, block: DflashDrafter | None = None) -> CostTable:
     """The measured table, validated exactly as a reader will parse it."""
     s = req.settings
-    prompts = _loop_prompts(recipe, params) if meter.source == "none" and block is None else None
-    how = "a short decode per cell, timed in the loop" if prompts else f"{params.window_s:g} s windows"
+    loop = _loop_prompts(recipe, params) if meter.source == "none" and block is None else None
+    how = "a short decode per cell, timed in the loop" if loop else f"{params.window_s:g} s windows"
     reporter.say(f"measuring {recipe.id} on {device_name(s.device)} ({s.device}, {s.dtype}, {s.threads} threads): "
                  f"widths {','.join(map(str, params.widths))}, depths 0..={params.max_depth}, "
                  f"{params.repeats} repeats of {how}")
@@ -275,9 +275,14 @@ def _sweep(req: Request, params: SweepParams, recipe: Recipe, model: torch.nn.Mo
         reporter.step("sweep", done, total, label)
 
     try:
-        if prompts:
-            result = measure_in_loop(model, recipe.id, prompts, params, progress)
-        else:
+        result = None
+        if loop:
+            try:
+                prompts, tokenizer = loop
+                result = measure_in_loop(model, recipe.id, prompts, params, progress, tokenizer)
+            except NothingTimed as exc:  # the model ends its requests at once: time the steps held instead
+                reporter.say(f"in the loop, {exc}; timing every cell in {params.window_s:g} s windows instead")
+        if result is None:
             result = measure(model, meter, params, progress, block)
     except EnergyReadError as exc:
         raise Refusal(EX_UNAVAILABLE, f"the energy source stopped giving usable readings: {exc}") from None
@@ -339,19 +344,25 @@ def _block_drafter(recipe: Recipe, settings: RunSettings) -> DflashDrafter:
         raise Refusal(EX_DATAERR, str(exc)) from None
 
 
-def _loop_prompts(recipe: Recipe, params: SweepParams) -> list[list[int]] | None:
-    """Prompts for the in-loop sweep: held-out file openings of --context-len bytes, cycled to the widest width.
+def _loop_prompts(recipe: Recipe, params: SweepParams) -> tuple[list[list[int]], Tokenizer] | None:
+    """Prompts for the in-loop sweep, cycled to the widest width, and the tokenizer the scheduler streams with.
 
-    None (time the steps in windows instead) for a checkpoint folder (its tokenizer is not the byte
-    tokenizer the scheduler's text stream assumes here) or where no held-out files are readable.
+    Held-out file openings, each --context-len tokens at most: --context-len bytes for the byte
+    tokenizer, for a checkpoint's own tokenizer the tokens of 8 x --context-len bytes cut to length.
+    None (time the steps in windows instead) where no held-out files are readable, or the
+    checkpoint folder has no tokenizer.json.
     """
-    if recipe.source != "embedded":
+    try:
+        tokenizer = tokenizer_for(recipe)
+    except RecipeError:
         return None
-    texts = heldout_prompts(max(params.widths), params.context_len)
-    if not texts:
+    per_token = 1 if tokenizer is BYTES else 8
+    texts = heldout_prompts(max(params.widths), params.context_len * per_token)
+    ids = [tokenizer.encode(t)[: params.context_len] for t in texts]
+    ids = [i for i in ids if i]
+    if not ids:
         return None
-    ids = [encode(t) for t in texts]
-    return [ids[i % len(ids)] for i in range(max(params.widths))]
+    return [ids[i % len(ids)] for i in range(max(params.widths))], tokenizer
 
 
 def _without_drafter(req: Request, recipe: Recipe, params: SweepParams) -> SweepParams:

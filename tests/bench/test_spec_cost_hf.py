@@ -4,6 +4,8 @@ import pytest
 from typer.testing import CliRunner
 
 from checkpoint_helpers import checkpoint
+from met.bench import spec_cost_cli
+from met.bench.loop_sweep import NothingTimed
 from met.bench.spec_cost_cli import calibration_path
 from met.cli import app
 from met.exit_codes import EX_DATAERR, EX_OK
@@ -33,6 +35,30 @@ def test_folder_table_holds_decode_cells_under_its_recipe(folder, tmp_path, monk
     assert table.key.recipe == hf_recipe(folder).id and table.key.modes == ("decode",)
     assert table.kmax == 0 and table.widths == (1, 2)
     assert not calibration_path(out).exists()
+    # no energy source: timed in running decodes through the scheduler, with the folder's tokenizer
+    assert table.meta["method"].startswith("in-loop") and table.meta["context_len"] == 16
+
+
+def test_a_folder_whose_decodes_end_at_once_is_timed_in_windows(folder, tmp_path, monkeypatch):
+    def ends_at_once(*args, **kwargs):
+        raise NothingTimed("the decode at width 1, depth 0 ran no full step to time (its requests ended at once)")
+
+    monkeypatch.setattr(spec_cost_cli, "measure_in_loop", ends_at_once)
+    out = tmp_path / "t.toml"
+    loud = [a for a in FAST if a != "--quiet"]  # the switch is news, which --quiet silences
+    result = CliRunner().invoke(app, ["bench", "spec-cost", "--model", str(folder), *loud, "--out", str(out)])
+    assert result.exit_code == EX_OK, result.output
+    assert "ran no full step to time" in result.stderr and "windows instead" in result.stderr
+    assert "steps_per_window_min" in CostTable.parse(out.read_text()).meta  # timed in windows
+
+
+def test_a_folder_without_a_tokenizer_is_timed_in_windows(tmp_path):
+    checkpoint(tmp_path / "m")
+    (tmp_path / "m" / "tokenizer.json").unlink()
+    out = tmp_path / "t.toml"
+    result = CliRunner().invoke(app, ["bench", "spec-cost", "--model", str(tmp_path / "m"), *FAST, "--out", str(out)])
+    assert result.exit_code == EX_OK, result.output
+    assert "steps_per_window_min" in CostTable.parse(out.read_text()).meta  # timed in windows
 
 
 @pytest.mark.parametrize("flag, message", [
