@@ -28,7 +28,7 @@ from met.engine.identity import (RunSettings, apply_threads, box_class, default_
 from met.engine.prompts import PromptError, PromptsMissing
 from met.exit_codes import EX_CANTCREAT, EX_DATAERR, EX_NOINPUT, EX_OK, EX_TEMPFAIL, EX_UNAVAILABLE
 from met.model.corpus import heldout_prompts
-from met.model.dflash import DflashDrafter, load_drafter, shipped_path
+from met.model.dflash import DflashDrafter, DrafterError, load_drafter, shipped_path
 from met.model.hf_config import CheckpointError
 from met.model.recipes import DEFAULT_RECIPE, Recipe, RecipeError, embedded
 from met.model.sources import is_path, recipe_name, resolve, tokenizer_for
@@ -333,15 +333,11 @@ def _recipe(name: str) -> Recipe:
 
 
 def _block_drafter(recipe: Recipe, settings: RunSettings) -> DflashDrafter:
-    """The recipe's shipped DFlash drafter; Refusal 66 if there is none, 65 if it is another model's."""
-    path = shipped_path(recipe)
-    if not path.exists():
-        raise Refusal(EX_NOINPUT, f"no DFlash drafter at {path}; train one with: met model train --drafter dflash "
-                      f"--target {recipe.name}, then put it beside the recipe's weights")
+    """The recipe's shipped DFlash drafter; Refusal 66 if there is none, 65 if it is unusable or another model's."""
     try:
-        return load_drafter(path, recipe.id, getattr(torch, settings.dtype), settings.device)
-    except (ValueError, OSError) as exc:
-        raise Refusal(EX_DATAERR, str(exc)) from None
+        return load_drafter(shipped_path(recipe), recipe.id, getattr(torch, settings.dtype), settings.device)
+    except DrafterError as exc:
+        raise Refusal(exc.status, str(exc)) from None
 
 
 def _loop_prompts(recipe: Recipe, params: SweepParams) -> tuple[list[list[int]], Tokenizer] | None:

@@ -171,14 +171,12 @@ def _dflash_config(recipe, settings) -> dict:
 
     import torch
 
-    from met.model.dflash import load_drafter, shipped_path
+    from met.model.dflash import DrafterError, load_drafter, shipped_path
 
     try:
         return asdict(load_drafter(shipped_path(recipe), recipe.id, getattr(torch, settings.dtype)).cfg)
-    except FileNotFoundError as exc:
-        raise Refusal(EX_NOINPUT, f"cannot compare the key of a DFlash table: {exc}") from None
-    except (ValueError, OSError) as exc:
-        raise Refusal(EX_DATAERR, f"cannot compare the key of a DFlash table: {exc}") from None
+    except DrafterError as exc:
+        raise Refusal(exc.status, f"cannot compare the key of a DFlash table: {exc}") from None
 
 
 @tables_app.command("show")

@@ -12,7 +12,7 @@ from met.engine.identity import apply_threads
 from met.engine.prompts import PromptError, PromptsMissing, read_jsonl_prompts
 from met.engine.runner import ModelRunner, Sampling
 from met.exit_codes import EX_DATAERR, EX_NOINPUT
-from met.model.dflash import load_drafter, shipped_path
+from met.model.dflash import DrafterError, load_drafter, shipped_path
 from met.model.hf_config import CheckpointError
 from met.model.recipes import DEFAULT_RECIPE, RecipeError
 from met.model.sources import context_len, resolve, tokenizer_for
@@ -119,10 +119,8 @@ def generate(
 
 
 def _block_drafter(path: Path, target_id: str, dtype: torch.dtype, device: str):
-    """The DFlash drafter at path for this model; exit 66 if it is missing, 65 if it is not this model's."""
+    """The DFlash drafter at path for this model; exit 66 if it is missing, 65 if it is unusable or another model's."""
     try:
         return load_drafter(path, target_id, dtype, device)
-    except FileNotFoundError as e:
-        raise _fail(str(e), EX_NOINPUT)
-    except (ValueError, OSError) as e:
-        raise _fail(str(e), EX_DATAERR)
+    except DrafterError as e:
+        raise _fail(str(e), e.status) from None

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import nn
 
+from met.exit_codes import EX_DATAERR, EX_NOINPUT
 from met.model.config import ModelConfig
 from met.model.transformer import RMSNorm, Transformer
 from met.model.weights import file_digest
@@ -117,23 +118,40 @@ def save_drafter(drafter: DflashDrafter, path: Path, target_id: str) -> str:
     return file_digest(path)
 
 
+class DrafterError(Exception):
+    """A DFlash drafter that cannot be used; `status` is the exit status every command reports it with."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status  # EX_NOINPUT: there is none; EX_DATAERR: unreadable, not a drafter, another model's
+
+
 def load_drafter(path: Path, target_id: str, dtype: torch.dtype = torch.float32,
                  device: str | torch.device = "cpu") -> DflashDrafter:
-    """The drafter at path; FileNotFoundError (saying how to make one) when there is none, ValueError when it
-    is not a drafter or was trained for another target than target_id (name@digest)."""
+    """The drafter at path for the target target_id (name@digest); DrafterError saying what is wrong otherwise.
+
+    Status EX_NOINPUT when there is none (the message says how to train one), EX_DATAERR when the file
+    cannot be read as safetensors, is not a drafter, or was trained against another target.
+    """
+    train = f"met model train --drafter dflash --target {target_id.split('@')[0]}"
     if not path.exists():
-        raise FileNotFoundError(f"no DFlash drafter at {path}; train one with: met model train --drafter dflash "
-                                "(or pass --drafter PATH)")
-    with safe_open(str(path), framework="pt") as f:
-        meta = f.metadata() or {}
-        state = {k: f.get_tensor(k) for k in f.keys()}
+        raise DrafterError(EX_NOINPUT, f"no DFlash drafter at {path}; train one with: {train}")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            state = {k: f.get_tensor(k) for k in f.keys()}
+    except (SafetensorError, OSError) as exc:
+        raise DrafterError(EX_DATAERR, f"{path} cannot be read as a safetensors file ({exc})") from None
     if "dflash_config" not in meta:
-        raise ValueError(f"{path} is not a DFlash drafter (no dflash_config in its metadata)")
+        raise DrafterError(EX_DATAERR, f"{path} is not a DFlash drafter (no dflash_config in its metadata)")
     if meta.get("target") != target_id:
-        raise ValueError(f"{path} was trained against {meta.get('target')}, not {target_id}; train one for this "
-                         "model with: met model train --drafter dflash")
-    drafter = DflashDrafter(DflashConfig(**json.loads(meta["dflash_config"])))
-    drafter.load_state_dict(state, strict=True)
+        raise DrafterError(EX_DATAERR, f"{path} was trained against {meta.get('target')}, not {target_id}; "
+                           f"train one for this model with: {train}")
+    try:
+        drafter = DflashDrafter(DflashConfig(**json.loads(meta["dflash_config"])))
+        drafter.load_state_dict(state, strict=True)
+    except (ValueError, TypeError, RuntimeError) as exc:  # a bad config, or weights that do not fit it
+        raise DrafterError(EX_DATAERR, f"{path} holds a damaged DFlash drafter: {exc}") from None
     return drafter.to(device=device, dtype=dtype).eval()
 
 

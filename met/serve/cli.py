@@ -13,7 +13,7 @@ from met.engine.identity import (RunSettings, apply_threads, box_class as derive
                                  default_dtype)
 from met.engine.policy import SERVE_SPECS, PolicyConfig
 from met.exit_codes import EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE
-from met.model.dflash import load_drafter, shipped_path
+from met.model.dflash import DrafterError, load_drafter, shipped_path
 from met.model.hf_config import CheckpointError
 from met.model.recipes import DEFAULT_RECIPE, RecipeError
 from met.model.sources import context_len, resolve, tokenizer_for
@@ -135,10 +135,8 @@ def serve(
         try:
             block = load_drafter(drafter or shipped_path(recipe), recipe.id, getattr(torch, settings.dtype),
                                  settings.device)
-        except FileNotFoundError as exc:
-            raise _fail(EX_NOINPUT, f"error: {exc}") from None
-        except (ValueError, OSError) as exc:
-            raise _fail(EX_DATAERR, f"error: {exc}") from None
+        except DrafterError as exc:
+            raise _fail(exc.status, f"error: {exc}") from None
     pools = VerifyPools(DEFAULT_POOLS.tiers, lift_wide_tier=lift_wide_tier)
     names = (recipe.name, recipe.id) + ((model,) if model not in (recipe.name, recipe.id) else ())
     service = Service.build(net, recipe.id, names, PolicyConfig(spec, lookup_depth, pools),

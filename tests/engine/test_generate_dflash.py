@@ -106,6 +106,24 @@ def test_missing_or_foreign_drafter_is_refused(micro, tmp_path):
     assert result.exit_code == EX_DATAERR and "trained against another@0000" in result.stderr
 
 
+def test_a_damaged_drafter_file_exits_65_in_one_line(micro, tmp_path):
+    # not safetensors at all, or the right header over weights that do not fit its config: no traceback
+    garbage = tmp_path / "garbage.safetensors"
+    garbage.write_bytes(b"not a safetensors file")
+    _, recipe, _, drafter = micro
+    cut = tmp_path / "cut.safetensors"
+    save_drafter(drafter.float(), cut, recipe.id)
+    drafter.double()
+    data = cut.read_bytes()
+    cut.write_bytes(data[: len(data) // 2])
+    for path in (garbage, cut):
+        result = CliRunner().invoke(app, ["generate", "--recipe", "micro-t", "--prompt", "x", "--spec", "dflash",
+                                          "--drafter", str(path)])
+        assert result.exit_code == EX_DATAERR, (path, result.output)
+        assert result.stderr.startswith(f"error: {path} ") and result.stderr.count("\n") == 1
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
 def test_drafter_key_is_its_own_file(micro):
     # kind dflash, the recipe's name, the drafter file's digest (not the target's)
     _, recipe, _, _ = micro

@@ -3,9 +3,12 @@
 import numpy as np
 import pytest
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
 
+from met.exit_codes import EX_DATAERR, EX_NOINPUT
 from met.model.corpus import Split
-from met.model.dflash import DflashConfig, DflashDrafter, load_drafter, save_drafter
+from met.model.dflash import DflashConfig, DflashDrafter, DrafterError, load_drafter, save_drafter
 from met.model.dflash_train import DflashTrainParams, block_losses, train_dflash
 from met.model.transformer import Transformer
 
@@ -49,8 +52,30 @@ def test_saved_drafter_loads_only_for_its_target(target, tmp_path):
     assert len(digest) == 16 and again.cfg == d.cfg
     x = (target, torch.randn(2, target.cfg.dim), torch.tensor([3, 4]))
     assert torch.equal(again(*x), d.eval()(*x))
-    with pytest.raises(ValueError, match="trained against micro@abc, not micro@other"):
+    with pytest.raises(DrafterError, match="trained against micro@abc, not micro@other") as exc:
         load_drafter(path, "micro@other")
+    assert exc.value.status == EX_DATAERR
+
+
+def test_a_missing_or_damaged_drafter_says_which_with_its_status(target, tmp_path):
+    # none: 66 and how to train one; bytes that are not safetensors, or a config that does not fit: 65
+    with pytest.raises(DrafterError, match="train one with: met model train --drafter dflash --target micro") as exc:
+        load_drafter(tmp_path / "none.safetensors", "micro@abc")
+    assert exc.value.status == EX_NOINPUT
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x00" * 64)
+    with pytest.raises(DrafterError, match="cannot be read as a safetensors file") as exc:
+        load_drafter(bad, "micro@abc")
+    assert exc.value.status == EX_DATAERR
+    path = tmp_path / "d.safetensors"
+    save_drafter(_drafter(target), path, "micro@abc")
+    with safe_open(str(path), framework="pt") as f:
+        meta, state = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+    meta["dflash_config"] = meta["dflash_config"].replace('"block": 16', '"block": 8').replace('"dim": ', '"dim": 1')
+    save_file(state, str(path), metadata=meta)
+    with pytest.raises(DrafterError, match="holds a damaged DFlash drafter") as exc:
+        load_drafter(path, "micro@abc")
+    assert exc.value.status == EX_DATAERR
 
 
 def test_config_refuses_blocks_past_16():
