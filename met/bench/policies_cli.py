@@ -149,7 +149,8 @@ def policies(
     cost_state = None
     if "measured" in names or table is not None:
         table_path = table or default_table(box, model_recipe.name)
-        boot = MeasuredBoot(table_path, calibration or default_calibration(table_path), slack, energy, box_class_)
+        boot = MeasuredBoot(table_path, calibration or default_calibration(table_path), slack, energy, box_class_,
+                            table_option="--table")
         try:
             cost_state = boot_measured(model_recipe, settings, boot)
         except BootError as exc:

@@ -48,6 +48,7 @@ class MeasuredBoot:
     slack: float
     energy: str = "auto"  # the serve's energy source: auto | nvml | rapl | none (as `met bench spec-cost --energy`)
     box_class: str | None = None  # --box-class override
+    table_option: str = "--spec-cost-table"  # the command's option for the table, named in a refusal's remedy
 
 
 def default_table(box: str, recipe_name: str) -> Path:
@@ -60,10 +61,10 @@ def default_calibration(table: Path) -> Path:
     return calibration_path(table)
 
 
-def load_table(path: Path) -> CostTable:
-    """The cost table at path; BootError 65 if it is missing or invalid."""
-    return _parse(path, CostTable, "cost table", "run met bench spec-cost on this box to write it, or pass "
-                  "--spec-cost-table PATH")
+def load_table(path: Path, option: str = "--spec-cost-table") -> CostTable:
+    """The cost table at path; BootError 65 if it is missing or invalid (the remedy names `option`)."""
+    return _parse(path, CostTable, "cost table", f"run met bench spec-cost on this box to write it, or pass "
+                  f"{option} PATH")
 
 
 def load_calibration(path: Path) -> AcceptanceCalibration:
@@ -119,6 +120,6 @@ def boot_measured(recipe: Recipe, settings: RunSettings, boot: MeasuredBoot) -> 
     """Load, parse and key-check the table and calibration for this recipe and these run settings."""
     source = energy_source(boot.energy, settings.device)
     serve_key = serve_table_key(recipe.id, recipe.config, settings, source, MODES, boot.box_class)
-    table = load_table(boot.table)
+    table = load_table(boot.table, boot.table_option)
     calibration = load_calibration(boot.calibration)
     return check(table, calibration, serve_key, mtp_drafter_key(recipe), boot.slack, boot.table)

@@ -15,7 +15,7 @@ from met.bench.policies_report import checks, paired_ratio, price, summarise
 from met.cli import app
 from met.engine.identity import MODES, RunSettings, mtp_drafter_key, serve_table_key
 from met.engine.policy_base import PlainPolicy
-from met.exit_codes import EX_CONFIG, EX_OK, EX_SOFTWARE
+from met.exit_codes import EX_CONFIG, EX_DATAERR, EX_OK, EX_SOFTWARE
 from met.speculative.spec_capacity import DEFAULT_POOLS
 from met.speculative.spec_cost import (AcceptanceCalibration, Cell, CostTable, PositionPrior, SpecCostState,
                                        TableKey)
@@ -203,6 +203,15 @@ def test_cli_refuses_a_table_of_another_key_with_78(cli_env, micro_recipe):
     result = CliRunner().invoke(app, args)
     assert result.exit_code == EX_CONFIG, result.output
     assert "box_class: table has 'test-box', this serve has 'other-box'" in result.output
+
+
+def test_cli_refuses_an_invalid_table_with_65_naming_its_own_option(cli_env):
+    # the remedy names this command's --table, not the serve's --spec-cost-table
+    tmp_path, args = cli_env
+    (tmp_path / "t.toml").write_bytes(b"\x9e not a table")
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == EX_DATAERR, result.output
+    assert "not UTF-8 text" in result.output and "or pass --table PATH" in result.output
 
 
 def test_cli_bad_options_exit_2(cli_env):
