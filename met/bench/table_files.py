@@ -48,6 +48,9 @@ class TableLock:
     def __enter__(self) -> "TableLock":
         if self.table.is_dir():
             raise Unwritable(f"{self.table} is a directory; pass the table's file path")
+        above = next((p for p in self.table.parents if p.exists()), None)
+        if above is not None and not above.is_dir():
+            raise Unwritable(f"cannot put the table under {above}: it is a file, not a folder")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -110,8 +110,11 @@ def test_lock_held_exits_75_and_leaves_the_table_untouched(use_micro, tmp_path):
 
 
 def test_an_unwritable_table_exits_73_in_one_line(use_micro, tmp_path, monkeypatch):
-    # --out a folder, or in a folder that cannot be made: refused before measuring, no traceback
-    for out, words in ((tmp_path, "is a directory"), (Path("/proc/met-no-such/t.toml"), "cannot create the lock file")):
+    # --out a folder, under a file, or in a folder that cannot be made: refused before measuring, no traceback
+    (tmp_path / "a-file").write_text("")
+    for out, words in ((tmp_path, "is a directory"),
+                       (tmp_path / "a-file" / "t.toml", f"under {tmp_path / 'a-file'}: it is a file, not a folder"),
+                       (Path("/proc/met-no-such/t.toml"), "cannot create the lock file")):
         result = met("bench", "spec-cost", *FAST, "--out", str(out))
         assert result.exit_code == EX_CANTCREAT and words in result.stderr, result.output
         assert result.stderr.count("\n") == 1 and "Traceback" not in result.output
