@@ -9,7 +9,11 @@ expected tokens per joule within the slack of the best tokens/s (tokens/s alone 
 k = 0 is a plain decode step, so the gate is not used. Whether to draft at all is decided before
 any draft exists, so that first plan is given each sequence's confidences from its previous
 step's drafts (a cheap predictor of how predictable the text is right now); positions past them,
-and new sequences, use the calibration's position priors. Once it drafts, the planner plans again
+and new sequences, use the calibration's position priors. The calibration maps a draft's own
+confidence, which says much more about that draft than about the next step's: read through it,
+the previous step's confidences overstate both ways (benchmarks/confidence_carryover.py: after a
+first draft under -1, the next step's first draft was accepted 0.65 of the time, where the
+calibration's own-confidence bins there say 0.32-0.44). Once it drafts, the planner plans again
 after every MTP pass with the confidences of the drafts just made, their cost already spent: it
 drafts deeper while the next draft is expected to pay for itself and stops, or drops drafts, when
 not. kmax is the least of the table's, the model's MTP depth and the width tier's verify pool.
