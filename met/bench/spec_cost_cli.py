@@ -141,9 +141,10 @@ def spec_cost(
     verify time the rest of its scheduler tick (a step timed alone, again and again, runs with
     caches warm for it: on a CPU that priced draft steps 10-30% low). With energy, for DFlash, for
     a checkpoint folder without tokenizer.json, and where a decode ends before a step can be
-    timed, each cell is timed in windows of many identical steps. Either way each repeat times a width's cells back to back (widths and cells
-    in a new shuffled order), and a cell's time is its median over repeats paired with its
-    width's other cells of the same repeat, so a slowdown they share cancels. The run holds a
+    timed, each cell is timed in windows of many identical steps. Either way each repeat times a
+    width's cells back to back (widths and cells in a new shuffled order), and a cell's time is
+    its median over repeats paired with its width's other cells of the same repeat, so a
+    slowdown they share cancels. The run holds a
     lock beside the table and replaces the table atomically, so cron may run it unattended. When
     a table is already there, each cell's change is printed. A checkpoint folder (--model PATH)
     has no MTP drafter: its table holds the plain decode cells (k = 0) of each width, its recipe
