@@ -54,18 +54,8 @@ def load_split(heldout: bool, root: Path | None = None) -> Split:
 
 def heldout_prompts(count: int, prompt_bytes: int = 256, root: Path | None = None) -> list[str]:
     """Prompts cut from the starts of held-out files (deterministic): code the model never trained on."""
-    root = root or stdlib_root()
-    prompts = []
-    for path in stdlib_files(root):
-        rel = path.relative_to(root).as_posix()
-        if not is_heldout(rel):
-            continue
-        text = path.read_bytes()[:prompt_bytes].decode("utf-8", errors="ignore")
-        if len(text) >= prompt_bytes // 2:
-            prompts.append(text)
-        if len(prompts) == count:
-            break
-    return prompts
+    texts = (data[:prompt_bytes].decode("utf-8", errors="ignore") for data in _heldout_bytes(root))
+    return [text for text in texts if len(text) >= prompt_bytes // 2][:count]
 
 
 def heldout_code(count: int, offset: int = 1024, size: int = 256, root: Path | None = None) -> list[str]:
