@@ -4,7 +4,8 @@ Prompts are windows of the model card's held-out files by default (code the mode
 on; mid-file, clear of the windows `met bench policies` runs: `calibration_windows`), or the
 user's. Each prompt is generated greedily with MTP drafts at a fixed depth; a draft is *judged*
 when every draft before it in its chain was accepted, and each judged draft gives one outcome
-(its top-1 log-prob, accepted or not, its 1-based position).
+(its top-1 log-prob, accepted or not, its 1-based position, and the top-1 log-prob of the first
+draft of its sequence's step before: the carry-over's input; None on a sequence's first step).
 """
 
 from collections.abc import Callable, Iterator
@@ -18,7 +19,7 @@ from met.model.tokenizer import EOS, encode
 from met.model.transformer import Transformer
 from met.speculative.spec_cost import AcceptanceCalibration, DrafterKey
 
-Outcome = tuple[float | None, bool, int]  # (drafter's top-1 log-prob, accepted, 1-based position)
+Outcome = tuple[float | None, bool, int, float | None]  # (top-1 log-prob, accepted, position, previous first's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +58,13 @@ def default_prompts(params: CalibrationParams) -> list[str]:
     return calibration_windows(params.prompts, params.prompt_bytes)
 
 
-def judged(draft: Draft, accepted: int) -> Iterator[Outcome]:
-    """The outcomes of one verified chain: drafts 1..accepted accepted, the next one rejected, the rest unjudged."""
+def judged(draft: Draft, accepted: int, previous: float | None = None) -> Iterator[Outcome]:
+    """The outcomes of one verified chain: drafts 1..accepted accepted, the next one rejected, the rest unjudged.
+
+    previous: the top-1 log-prob of the first draft of the sequence's step before this one.
+    """
     for position, confidence in enumerate(draft.confidences[: accepted + 1], start=1):
-        yield confidence, position <= accepted, position
+        yield confidence, position <= accepted, position, previous
 
 
 def collect(model: Transformer, prompts: list[list[int]], params: CalibrationParams,
@@ -75,6 +79,7 @@ def collect(model: Transformer, prompts: list[list[int]], params: CalibrationPar
         slots = list(range(len(batch)))
         runner.prefill(slots, batch, [Sampling()] * len(batch))
         emitted = dict.fromkeys(slots, 1)
+        previous: dict[int, float | None] = dict.fromkeys(slots)  # each slot's last first-draft log-prob
         live = slots
         while live:
             depths = [max(0, min(params.depth, runner.room(s), params.new_tokens - emitted[s] - 1)) for s in live]
@@ -82,7 +87,8 @@ def collect(model: Transformer, prompts: list[list[int]], params: CalibrationPar
             results = runner.verify(live, drafts)
             still = []
             for slot, draft, result in zip(live, drafts, results):
-                outcomes.extend(judged(draft, result.accepted))
+                outcomes.extend(judged(draft, result.accepted, previous[slot]))
+                previous[slot] = draft.confidences[0] if draft.confidences else None
                 emitted[slot] += len(result.tokens)
                 if emitted[slot] >= params.new_tokens or EOS in result.tokens or runner.room(slot) < 1:
                     runner.release(slot)

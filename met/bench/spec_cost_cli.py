@@ -323,7 +323,8 @@ def _write(path: Path, table: CostTable, calibration: AcceptanceCalibration | No
                f"sweep {table.meta['sweep_s']:.0f} s)")
     if calibration is not None:
         typer.echo(f"wrote {calibration_path(path)} ({calibration.outcomes} judged drafts, "
-                   f"{len(calibration.bins)} confidence bins, {len(calibration.position_priors)} position priors)")
+                   f"{len(calibration.bins)} confidence bins, {len(calibration.position_priors)} position priors, "
+                   f"{len(calibration.carryover)} carry-over bins)")
 
 
 def _recipe(name: str) -> Recipe:

@@ -129,7 +129,8 @@ def _check_one(path: Path, no_key: bool, recipe: str, box_class: str | None, dev
                    f"{', '.join(map(str, parsed.widths))} at depths 0..={parsed.kmax} ({len(parsed.cells)} cells)")
     else:
         typer.echo(f"{path}: valid calibration for drafter {parsed.drafter}: {parsed.outcomes} outcomes, "
-                   f"{len(parsed.bins)} confidence bins, {len(parsed.position_priors)} position priors")
+                   f"{len(parsed.bins)} confidence bins, {len(parsed.position_priors)} position priors, "
+                   f"{len(parsed.carryover)} carry-over bins")
     return EX_OK
 
 

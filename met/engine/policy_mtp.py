@@ -7,16 +7,15 @@ mode delivered; in MTP mode the depth is the ladder's, lifted by the adaptive ru
 Measured (`--spec mtp --spec-cost-model measured`): SpecCostState.plan chooses k, the most
 expected tokens per joule within the slack of the best tokens/s (tokens/s alone without joules);
 k = 0 is a plain decode step, so the gate is not used. Whether to draft at all is decided before
-any draft exists, so that first plan is given each sequence's confidences from its previous
-step's drafts (a cheap predictor of how predictable the text is right now); positions past them,
-and new sequences, use the calibration's position priors. The calibration maps a draft's own
-confidence, which says much more about that draft than about the next step's: read through it,
-the previous step's confidences overstate both ways (benchmarks/confidence_carryover.py: after a
-first draft under -1, the next step's first draft was accepted 0.65 of the time, where the
-calibration's own-confidence bins there say 0.32-0.44). Once it drafts, the planner plans again
-after every MTP pass with the confidences of the drafts just made, their cost already spent: it
-drafts deeper while the next draft is expected to pay for itself and stops, or drops drafts, when
-not. kmax is the least of the table's, the model's MTP depth and the width tier's verify pool.
+any draft of the step exists, so that first plan reads the calibration's carry-over: the next
+step's acceptance by the top-1 log-prob of each sequence's previous first draft, fitted on
+consecutive steps (a draft's own confidence says less about the next step's drafts: after a first
+draft under log-prob -1, the next step's first draft was accepted 0.65 of the time where the
+own-confidence bins say 0.32-0.44; benchmarks/confidence_carryover.py). New sequences, and
+sequences whose last step was plain, use the position priors. Once it drafts, the planner plans
+again after every MTP pass with the confidences of the drafts just made, their cost already spent
+(the carry-over still stands for the positions not drafted yet): it drafts deeper while the next
+draft is expected to pay for itself and stops, or drops drafts, when not. kmax is the least of the table's, the model's MTP depth and the width tier's verify pool.
 A plain step leaves no confidences, so the next plan reads the priors; where the priors favour
 plain decode the planner would never draft again, however predictable the text became. So after
 PROBE_AFTER plain steps in a row, a step drafts anyway and verifies at least one draft (its
@@ -109,7 +108,7 @@ class MtpPlannedPolicy:
     def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
         width = len(seqs)
         kmax = min(self.state.table.kmax, self.num_drafts, self.pools.max_drafts(width))
-        decision = self.state.plan(width, [list(s.confidences) for s in seqs], kmax)
+        decision = self.state.plan(width, None, kmax, previous=_previous_firsts(seqs))
         if decision.k:
             self.probe_after = PROBE_AFTER
         elif self.probing:  # the last step probed and its drafts did not convince the plan
@@ -127,14 +126,21 @@ class MtpPlannedPolicy:
 
     def draft(self, runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]:
         width, deepest, floor = len(seqs), max(plan.depths, default=0), int(self.probing)
+        previous = _previous_firsts(seqs)
 
         def replan(drafted: int, drafts: list[Draft]) -> int:
-            return max(floor, self.state.plan(width, [d.confidences for d in drafts], deepest, drafted).k)
+            confidences = [d.confidences for d in drafts]
+            return max(floor, self.state.plan(width, confidences, deepest, drafted, previous).k)
 
         return _draft(runner, seqs, plan, replan)
 
     def observe(self, plan: StepPlan, outcomes: Sequence[Outcome], seconds: float) -> None:
         pass  # the planner is pure: the table and calibration are fixed for the life of the serve
+
+
+def _previous_firsts(seqs: Sequence[SeqState]) -> list[float | None]:
+    """Each sequence's previous step's first-draft confidence (None: that step was plain, or there was none)."""
+    return [s.confidences[0] if s.confidences else None for s in seqs]
 
 
 class MtpFixedPolicy:

@@ -16,7 +16,7 @@ from met.engine.runner import Draft
 from met.engine.textstream import TextStream
 from met.speculative.mtp_gate import Mode
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
-from met.speculative.spec_cost import (AcceptanceCalibration, Cell, ConfidenceBin, CostTable, DrafterKey,
+from met.speculative.spec_cost import (AcceptanceCalibration, CarryBin, Cell, ConfidenceBin, CostTable, DrafterKey,
                                        PositionPrior, SpecCostState, TableKey)
 
 
@@ -88,7 +88,10 @@ def test_clamps_kv_room_and_remaining_tokens():
     assert clamp_depths(4, _runner(), _seqs(1, max_tokens=2))[0] == (1,)
 
 
-def _state(energy: bool = False) -> SpecCostState:
+SURE_NEXT = [CarryBin(-2.0, (0.05,), (200,)), CarryBin(0.0, (0.95,) * 4, (300, 280, 260, 250))]
+
+
+def _state(energy: bool = False, carryover: list[CarryBin] = SURE_NEXT) -> SpecCostState:
     # verify cost grows slowly with k: deep drafts pay only when they are likely accepted
     box, recipe, digests = "box", "r@d", {"decode": "a", "verify": "b", "draft_mtp": "c"}
     source = "none"
@@ -97,18 +100,32 @@ def _state(energy: bool = False) -> SpecCostState:
     drafter = DrafterKey("mtp", "r", "d")
     bins = [ConfidenceBin(-2.0, 0.05, 500), ConfidenceBin(0.0, 0.95, 500)]
     priors = [PositionPrior(1, 0.5, 500)]
-    cal = AcceptanceCalibration(drafter, 0.5, 1000, bins, priors)
+    cal = AcceptanceCalibration(drafter, 0.5, 2000, bins, priors, {}, carryover)
     return SpecCostState(table, cal, 0.1, TableKey(box, recipe, source, digests), drafter)
 
 
 def test_measured_planner_uses_the_previous_steps_confidences():
-    # confident last drafts -> deep; unconfident -> plain decode (k = 0); none -> the position priors
+    # a sure first draft last step -> deep; an unsure one -> plain decode (k = 0); none -> the position priors
     p = MtpPlannedPolicy(_state(), 4, DEFAULT_POOLS)
     sure = p.plan(_runner(), _seqs(1, confidences=[-0.01] * 4))
     unsure = p.plan(_runner(), _seqs(1, confidences=[-5.0] * 4))
     assert sure.depth == 4 and sure.mode == "mtp" and sure.decision is not None
     assert unsure.depth == 0 and unsure.mode == "plain"
     assert p.plan(_runner(), _seqs(1)).decision.k == _state().plan(1).k
+
+
+def test_measured_planner_reads_the_previous_first_draft_through_the_carryover_not_the_own_confidence_bins():
+    # After an unsure first draft the next step's drafts are accepted as often as after a sure one
+    # (this carry-over): it drafts, where the own-confidence bins (0.05 below -2) would say plain decode.
+    # Only the first draft's confidence is read: the unsure ones after it change nothing.
+    flat = [CarryBin(0.0, (0.95,) * 4, (300, 280, 260, 250))]
+    p = MtpPlannedPolicy(_state(carryover=flat), 4, DEFAULT_POOLS)
+    assert p.plan(_runner(), _seqs(1, confidences=[-5.0] * 4)).depth == 4
+    assert p.plan(_runner(), _seqs(1, confidences=[-0.01, -5.0, -5.0])).depth == 4
+    # without a carry-over the first plan reads the position priors (0.5 here), whatever the confidences
+    bare = MtpPlannedPolicy(_state(carryover=[]), 4, DEFAULT_POOLS)
+    priors_only = _state(carryover=[]).plan(1).k
+    assert {bare.plan(_runner(), _seqs(1, confidences=c)).decision.k for c in ([-5.0], [-0.01], [])} == {priors_only}
 
 
 class _ScriptedDrafter:
@@ -138,14 +155,26 @@ class _ScriptedDrafter:
 
 def test_measured_planner_plans_again_with_each_drafts_confidence():
     # a sure first draft: draft on (k = 2: 2.425 expected tokens / 16 ms beats k = 1: 1.95 / 13 ms);
-    # an unsure second: drop it (k = 1: 1.95 / 14 ms, the second draft's 2 ms spent, beats 1.9975 / 16 ms)
-    p = MtpPlannedPolicy(_state(), 4, DEFAULT_POOLS)
+    # an unsure second: drop it (k = 1: 1.95 / 14 ms, the second draft's 2 ms spent, beats 1.9975 / 16 ms).
+    # No carry-over: positions not drafted yet take the prior 0.5.
+    p = MtpPlannedPolicy(_state(carryover=[]), 4, DEFAULT_POOLS)
     runner = _ScriptedDrafter([-0.01, -5.0, -0.01, -0.01])
     seqs = _seqs(1, confidences=[-0.01] * 4)
     plan = p.plan(runner, seqs)
     assert plan.depths == (4,)
     drafts = p.draft(runner, seqs, plan)
     assert runner.asked == [2, 1] and [d.confidences for d in drafts] == [[-0.01]]
+
+
+def test_measured_planner_replans_keep_the_carryover_for_positions_not_drafted_yet():
+    # The same drafts after a sure previous first draft, whose carry-over says 0.95 at positions 1..4:
+    # after the sure first draft, k = 4 (1 + 0.95 + 0.95^2 + 0.95^3 + 0.95^4 = 4.52 tokens / 22 ms) beats
+    # k = 2 (2.8525 / 16 ms); the unsure second still drops (k = 1: 1.95 / 14 ms beats 1.9975 / 16 ms).
+    p = MtpPlannedPolicy(_state(), 4, DEFAULT_POOLS)
+    runner = _ScriptedDrafter([-0.01, -5.0, -0.01, -0.01])
+    seqs = _seqs(1, confidences=[-0.01] * 4)
+    p.draft(runner, seqs, p.plan(runner, seqs))
+    assert runner.asked == [4, 1]
 
 
 def test_measured_planner_probes_after_a_run_of_plain_steps():

@@ -141,7 +141,7 @@ def _rates_ok(rows: object, first: str, ok: Callable[[object], bool]) -> list[di
 def calibration_ok(doc: dict) -> bool:
     """Whether a parsed TOML document is a valid drafter calibration, by the documented rules."""
     if not {"schema", "drafter", "overall"} <= set(doc) <= {"schema", "drafter", "overall", "bins",
-                                                           "position_priors", "meta"}:
+                                                           "position_priors", "meta", "carryover"}:
         return False
     if not _whole(doc["schema"], 1, 1) or ("meta" in doc and not _meta_ok(doc["meta"])):
         return False
@@ -165,7 +165,34 @@ def calibration_ok(doc: dict) -> bool:
         return False
     if any(b["position"] <= a["position"] for a, b in zip(priors, priors[1:])):
         return False
-    return all(sum(r["outcomes"] for r in rows) <= overall["outcomes"] for rows in (bins, priors))
+    carry = _carryover_ok(doc.get("carryover", []))
+    if carry is None:
+        return False
+    counted = [sum(r["outcomes"] for r in rows) for rows in (bins, priors)] + [sum(sum(r["outcomes"]) for r in carry)]
+    return all(total <= overall["outcomes"] for total in counted)
+
+
+def _carryover_ok(rows: object) -> list[dict] | None:
+    """Carry-over bins: rising uppers ending at 0, a rate and a count (>= 100) per position."""
+    if not isinstance(rows, list):
+        return None
+    for r in rows:
+        if not (isinstance(r, dict) and set(r) == {"upper", "p_accept", "outcomes"}):
+            return None
+        upper, rates, counts = _finite(r["upper"]), r["p_accept"], r["outcomes"]
+        if upper is None or upper > 0 or not isinstance(rates, list) or not isinstance(counts, list):
+            return None
+        if not 1 <= len(rates) == len(counts) <= 1 << 10:
+            return None
+        if not all((p := _finite(x)) is not None and 0 <= p <= 1 for x in rates):
+            return None
+        if not all(_whole(n, 100, 1 << 62) for n in counts):
+            return None
+    if any(float(b["upper"]) <= float(a["upper"]) for a, b in zip(rows, rows[1:])):
+        return None
+    if rows and float(rows[-1]["upper"]) != 0.0:
+        return None
+    return rows
 
 
 def oracle(data: bytes) -> bool:

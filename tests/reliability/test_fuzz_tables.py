@@ -29,7 +29,9 @@ def test_the_valid_files_are_valid(scratch):
     # the starting points pass all three judges, and the oracle is not a constant
     assert judge(scratch, TABLE) == "accepted" and judge(scratch, CALIBRATION) == "accepted"
     assert not oracle(TABLE.replace(b"verify_s = 0.01\n", b"verify_s = -0.01\n", 1))
-    assert not oracle(CALIBRATION.replace(b"outcomes = 200", b"outcomes = 20", 1))
+    assert not oracle(CALIBRATION.replace(b"outcomes = 300", b"outcomes = 20", 1))
+    roomy = CALIBRATION.replace(b"outcomes = 300", b"outcomes = 400", 1)  # valid: more outcomes overall
+    assert oracle(roomy) and not oracle(roomy.replace(b"    100,\n    100,\n", b"    100,\n    99,\n", 1))
 
 
 @pytest.mark.parametrize("base", [TABLE, CALIBRATION], ids=["table", "calibration"])

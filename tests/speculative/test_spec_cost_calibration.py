@@ -1,4 +1,4 @@
-"""AcceptanceCalibration: the fit (merging, monotonicity, priors), chains, and its file round trip."""
+"""AcceptanceCalibration: the fit (merging, monotonicity, priors, the carry-over), chains, and its file round trip."""
 
 import math
 
@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from met.speculative.spec_cost import (
     MIN_OUTCOMES,
     AcceptanceCalibration,
+    CarryBin,
     ConfidenceBin,
     DrafterKey,
     PositionPrior,
@@ -19,6 +20,7 @@ from met.speculative.spec_cost import (
 
 MTP = DrafterKey("mtp", "met-tiny-py-mtp", "abc")
 HIGH, LOW = math.log(0.98), math.log(0.3)  # confidences that fall in far-apart starting bins
+LOW_UPPER = math.log(0.3)  # the starting bin LOW falls in ends at log 0.3 itself (bins include their upper)
 
 
 def outcomes(confidence, accepted: int, total: int, position: int = 1) -> list:
@@ -76,9 +78,12 @@ confidences = st.none() | st.floats(min_value=-20.0, max_value=0.0)
 @st.composite
 def outcome_rows(draw) -> list:
     """Judged drafts in groups (one confidence and position, a share accepted): cheap to draw, many rows."""
-    groups = draw(st.lists(st.tuples(confidences, st.integers(1, 6), st.integers(1, 300), st.floats(0.0, 1.0)),
-                           min_size=1, max_size=12))
-    rows = [row for c, pos, total, share in groups for row in outcomes(c, round(share * total), total, pos)]
+    # with the previous step's first-draft log-prob (None: no step before) when `carried`: a carry-over is fitted
+    carried = draw(st.booleans())
+    groups = draw(st.lists(st.tuples(confidences, st.integers(1, 6), st.integers(1, 300), st.floats(0.0, 1.0),
+                                     confidences), min_size=1, max_size=12))
+    rows = [row + ((before,) if carried else ()) for c, pos, total, share, before in groups
+            for row in outcomes(c, round(share * total), total, pos)]
     filler = max(0, MIN_OUTCOMES - len(rows))  # enough to fit, without rejecting the example
     return rows + [(None, i % 2 == 0, 1) for i in range(filler)]
 
@@ -89,9 +94,13 @@ def test_every_fitted_probability_rests_on_min_outcomes_and_bins_rise(rows):
     assert all(b.outcomes >= MIN_OUTCOMES for b in cal.bins)
     assert all(p.outcomes >= MIN_OUTCOMES for p in cal.position_priors)
     assert all(a.p_accept <= b.p_accept for a, b in zip(cal.bins, cal.bins[1:]))
-    measured = sum(c is not None for c, _, _ in rows)  # too few confidences make no bin at all
+    measured = sum(row[0] is not None for row in rows)  # too few confidences make no bin at all
     assert sum(b.outcomes for b in cal.bins) == (measured if measured >= MIN_OUTCOMES else 0)
-    assert cal.outcomes == len(rows) and cal.p_overall == sum(a for _, a, _ in rows) / len(rows)
+    assert cal.outcomes == len(rows) and cal.p_overall == sum(row[1] for row in rows) / len(rows)
+    carried = [row for row in rows if len(row) == 4 and row[3] is not None]
+    firsts = sum(row[2] == 1 for row in carried)
+    assert sum(c.outcomes[0] for c in cal.carryover) == (firsts if firsts >= MIN_OUTCOMES else 0)
+    assert all(min(c.outcomes) >= MIN_OUTCOMES for c in cal.carryover)
 
 
 @given(outcome_rows())
@@ -173,6 +182,77 @@ def test_p_accept_takes_rounding_above_zero_but_refuses_probabilities():
         cal.p_accept(math.nan, 1)
     with pytest.raises(ValueError, match="1-based"):
         cal.p_accept(None, 0)
+
+
+# -- the carry-over ----------------------------------------------------------------------------------
+
+
+def carried(previous, accepted_per_position: list[int], total: int = 100) -> list:
+    """Judged drafts after a step whose first draft had log-prob `previous`: `total` chains per position."""
+    return [(None, i < a, pos, previous) for pos, a in enumerate(accepted_per_position, 1) for i in range(total)]
+
+
+def test_carryover_bins_by_the_previous_first_draft_with_a_rate_per_position():
+    # After a sure first draft: 90/100 then 80/100 then 70/100 at positions 1..3; after an unsure one:
+    # 60/100, then 40/100 at position 2, and position 3 had 50 chains: too few for a rate.
+    rows = carried(HIGH, [90, 80, 70]) + carried(LOW, [60, 40]) + carried(LOW, [0, 0, 20], total=50)[100:]
+    cal = AcceptanceCalibration.fit(rows, MTP)
+    assert cal.carryover == (CarryBin(LOW_UPPER, (0.6, 0.4), (100, 100)), CarryBin(0.0, (0.9, 0.8, 0.7), (100, 100, 100)))
+    assert [cal.p_carried(LOW, j) for j in (1, 2)] == [0.6, 0.4] and cal.p_carried(HIGH, 3) == 0.7
+    assert cal.p_carried(-50.0, 1) == 0.6 and cal.p_carried(1e-6, 1) == 0.9  # below the lowest bin; rounding above 0
+    # a position past the bin's rates, or no previous draft: the position prior (position 3: 90/150)
+    assert cal.p_carried(LOW, 3) == cal.p_accept(None, 3) == 0.6 and cal.p_carried(None, 1) == cal.p_accept(None, 1)
+    with pytest.raises(ValueError, match="not a log-probability"):
+        cal.p_carried(0.9, 1)
+
+
+def test_carryover_bins_need_min_outcomes_at_position_one_and_are_not_forced_to_rise():
+    # 60 chains after a LOW first draft cannot stand alone and join the HIGH bin; a rate that falls
+    # as the previous confidence rises is kept (the next step's drafts need not follow the last's).
+    cal = AcceptanceCalibration.fit(carried(LOW, [50], total=60) + carried(HIGH, [20]), MTP)
+    assert cal.carryover == (CarryBin(0.0, ((50 + 20) / 160,), (160,)),)
+    cal = AcceptanceCalibration.fit(carried(LOW, [80]) + carried(HIGH, [20]), MTP)
+    assert [c.p_accept for c in cal.carryover] == [(0.8,), (0.2,)]
+    # outcomes without a previous step (a sequence's first) fit no carry-over
+    assert AcceptanceCalibration.fit(carried(None, [80, 50]), MTP).carryover == ()
+
+
+def test_expected_accepted_by_depth_reads_the_carryover_past_the_chain():
+    cal = AcceptanceCalibration.fit(carried(HIGH, [90, 80]) + carried(LOW, [50, 20]), MTP)
+    # no chain, a sure previous draft: 0.9 + 0.9 * 0.8; positions past the bin's take the priors (3: none, so 2's)
+    assert cal.expected_accepted_by_depth([], 2, HIGH) == pytest.approx([0.0, 0.9, 0.9 + 0.72], abs=1e-15)
+    prior2 = cal.p_accept(None, 2)
+    assert cal.expected_accepted_by_depth([], 3, LOW)[3] == pytest.approx(0.5 + 0.1 + 0.1 * prior2, abs=1e-15)
+    # drafts with confidences use their own bins, the rest the carry-over
+    assert cal.expected_accepted_by_depth([None], 2, HIGH)[2] == pytest.approx(cal.p_accept(None, 1) * (1 + 0.8))
+    assert cal.expected_accepted_by_depth([], 2, None) == cal.expected_accepted_by_depth([], 2)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda c: c[1].update(outcomes=[100]), r"carryover\[1\]\.outcomes: has 1 values for 2 positions"),
+        (lambda c: c[1].update(p_accept=[]), r"carryover\[1\]\.p_accept: holds 0 values \(expected 1..=1024"),
+        (lambda c: c[0].update(p_accept=[1.2]), r"carryover\[0\]\.p_accept\[0\]: 1.2 is not a probability"),
+        (lambda c: c[0].update(outcomes=[99]), r"carryover\[0\]\.outcomes\[0\]: 99 is out of range"),
+        (lambda c: c.reverse(), r"carryover\[1\]\.upper: .* is not above carryover\[0\]\.upper"),
+        (lambda c: c[1].update(upper=-0.5), r"carryover\[1\]\.upper: -0.5 must be 0.0 in the last bin"),
+        (lambda c: c[0].update(upper=0.1), r"carryover\[0\]\.upper: 0.1 is not a log-probability"),
+        (lambda c: c[0].update(outcomes=[1000]), r"carryover: count more outcomes than the overall outcomes"),
+        (lambda c: c[0].update(extra=1), r"carryover\[0\]\.extra: unknown field"),
+    ],
+)
+def test_malformed_carryovers_are_refused_naming_the_field(mutate, message):
+    cal = AcceptanceCalibration.fit(carried(HIGH, [90, 80]) + carried(LOW, [50]), MTP)
+    doc = {"schema": 1, "drafter": {"kind": "mtp", "name": MTP.name, "digest": MTP.digest},
+           "overall": {"p_accept": cal.p_overall, "outcomes": cal.outcomes},
+           "carryover": [{"upper": c.upper, "p_accept": list(c.p_accept), "outcomes": list(c.outcomes)}
+                         for c in cal.carryover]}
+    assert AcceptanceCalibration.parse(tomli_w.dumps(doc)) == AcceptanceCalibration(
+        MTP, cal.p_overall, cal.outcomes, carryover=cal.carryover)
+    mutate(doc["carryover"])
+    with pytest.raises(TableParseError, match="^" + message):
+        AcceptanceCalibration.parse(tomli_w.dumps(doc))
 
 
 # -- malformed calibration files -------------------------------------------------------------------

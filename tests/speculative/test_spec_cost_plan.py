@@ -74,6 +74,20 @@ def test_tokens_sum_over_sequences_and_use_confidences_then_priors():
     assert est[0].expected_tokens == 2.0  # k = 0 emits exactly one token per sequence
 
 
+def test_the_first_plan_reads_each_sequences_previous_first_draft_through_the_carryover():
+    # 100 chains with no step before (80 then 50 accepted), 100 after a HIGH first draft (60 then 30):
+    # the priors pool both, 0.7 then 0.4; the carry-over after HIGH is 0.6 then 0.3. At k = 2, sequence 1
+    # (previous HIGH): 1 + 0.6 + 0.18 = 1.78; sequence 2 (no previous step): 1 + 0.7 + 0.28 = 1.98.
+    rows = [(None, i < a, pos) for pos, a in enumerate((80, 50), 1) for i in range(100)]
+    rows += [(None, i < a, pos, HIGH) for pos, a in enumerate((60, 30), 1) for i in range(100)]
+    cal = AcceptanceCalibration.fit(rows, MTP)
+    assert cal.carryover[0].p_accept == (0.6, 0.3)
+    est = estimate_depths(table(HAND, n=2), cal, 2, None, previous=[HIGH, None])
+    assert est[2].expected_tokens == pytest.approx(1.78 + 1.98)
+    with pytest.raises(ValueError, match="1 previous confidences for a step of width 2"):
+        estimate_depths(table(HAND, n=2), cal, 2, None, previous=[HIGH])
+
+
 def test_ties_go_to_the_smaller_depth():
     # k = 0: 1 token / 0.5 s = 2 tok/s, 1 token / 1 J. k = 1 at p = 0.5: 1.5 / 0.75 s = 2 tok/s and
     # 1.5 / 1.5 J = 1 tok/J: an exact tie (binary fractions) in both, so k = 0.

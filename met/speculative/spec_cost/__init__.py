@@ -16,6 +16,7 @@ Invariants:
 from met.speculative.spec_cost.calibration import (
     MIN_OUTCOMES,
     AcceptanceCalibration,
+    CarryBin,
     ConfidenceBin,
     PositionPrior,
 )
@@ -39,7 +40,7 @@ from met.speculative.spec_cost.table import MAX_DEPTH, MAX_WIDTH, Cell, CostTabl
 
 __all__ = [
     "ENERGY_SOURCES", "MAX_DEPTH", "MAX_WIDTH", "MIN_OUTCOMES", "SCHEMA",
-    "AcceptanceCalibration", "BoxClassMismatch", "Cell", "ConfidenceBin", "CostTable", "DrafterKey",
+    "AcceptanceCalibration", "BoxClassMismatch", "CarryBin", "Cell", "ConfidenceBin", "CostTable", "DrafterKey",
     "DrafterMismatch", "EnergySourceMismatch", "KeyMismatch", "KeyMismatchError", "ModeNotMeasured",
     "PlanDigestMismatch", "PositionPrior", "RecipeMismatch", "SchemaMismatch", "SpecCostError",
     "SpecCostState", "TableKey", "TableParseError",

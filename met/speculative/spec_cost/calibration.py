@@ -1,4 +1,4 @@
-"""The drafter's acceptance calibration: P(accept | top-1 log-prob), per-position priors, chains."""
+"""The drafter's acceptance calibration: P(accept | top-1 log-prob), per-position priors, the carry-over, chains."""
 
 import math
 from bisect import bisect_left
@@ -52,6 +52,39 @@ class PositionPrior:
 
 
 @dataclass(frozen=True, slots=True)
+class CarryBin:
+    """The next step's accept rates after a step whose first draft had a top-1 log-prob of at most `upper`.
+
+    p_accept[j - 1] is the rate of the next step's draft at position j (conditional on its chain so
+    far, like every rate here), outcomes[j - 1] the judged drafts behind it, each at least
+    MIN_OUTCOMES. Positions past the list take the position priors.
+    """
+
+    upper: float
+    p_accept: tuple[float, ...] | list[float]
+    outcomes: tuple[int, ...] | list[int]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "upper", fields.number(self.upper, "upper"))
+        if self.upper > 0.0:
+            raise TableParseError("upper", self.upper, "is not a log-probability (<= 0)")
+        for name in ("p_accept", "outcomes"):
+            value = getattr(self, name)
+            if not isinstance(value, list | tuple):
+                raise TableParseError(name, value, "is not an array (one value per position)")
+            if not 1 <= len(value) <= MAX_POSITION:
+                raise TableParseError(name, None, f"holds {len(value)} values (expected 1..={MAX_POSITION}, one per "
+                                      "position)", show_value=False)
+        if len(self.outcomes) != len(self.p_accept):
+            raise TableParseError("outcomes", self.outcomes, f"has {len(self.outcomes)} values for "
+                                  f"{len(self.p_accept)} positions of p_accept", show_value=False)
+        rates = tuple(fields.probability(p, f"p_accept[{j}]") for j, p in enumerate(self.p_accept))
+        counts = tuple(fields.whole(n, f"outcomes[{j}]", MIN_OUTCOMES, 1 << 62) for j, n in enumerate(self.outcomes))
+        object.__setattr__(self, "p_accept", rates)
+        object.__setattr__(self, "outcomes", counts)
+
+
+@dataclass(frozen=True, slots=True)
 class AcceptanceCalibration:
     """How likely a draft is to be accepted, from the drafter's top-1 log-probability for it.
 
@@ -62,6 +95,14 @@ class AcceptanceCalibration:
 
     A draft with a confidence uses its bin (bins rise with confidence); one without uses the
     prior of its position, else of the deepest measured position before it, else the overall rate.
+
+    The carry-over answers a question asked before any draft of a step exists: given the top-1
+    log-prob of the previous step's first draft, how likely is this step's draft at each position
+    to be accepted? A draft's confidence says much about that draft and less about the next step's
+    (after a first draft under log-prob -1, accepted itself about 0.4 of the time, the next
+    step's first draft was accepted about 0.65 of the time: benchmarks/confidence_carryover.py),
+    so it is fitted on its own, on consecutive steps of the same sequences. Its bins are not
+    forced to rise with confidence. A calibration without it answers with the position priors.
     """
 
     drafter: DrafterKey
@@ -70,15 +111,17 @@ class AcceptanceCalibration:
     bins: tuple[ConfidenceBin, ...] | Iterable[ConfidenceBin] = ()
     position_priors: tuple[PositionPrior, ...] | Iterable[PositionPrior] = ()
     meta: Mapping[str, object] = field(default_factory=dict)
+    carryover: tuple[CarryBin, ...] | Iterable[CarryBin] = ()
     _uppers: list[float] = field(init=False, repr=False, compare=False)  # the bins' uppers, for bisect
     _positions: list[int] = field(init=False, repr=False, compare=False)  # the priors' positions, for bisect
+    _carry_uppers: list[float] = field(init=False, repr=False, compare=False)  # the carry-over bins' uppers
 
     def __post_init__(self) -> None:
         if not isinstance(self.drafter, DrafterKey):
             raise TableParseError("drafter", self.drafter, "is not a DrafterKey")
         object.__setattr__(self, "p_overall", fields.probability(self.p_overall, "overall.p_accept"))
         fields.whole(self.outcomes, "overall.outcomes", MIN_OUTCOMES, 1 << 62)
-        bins, priors = tuple(self.bins), tuple(self.position_priors)
+        bins, priors, carry = tuple(self.bins), tuple(self.position_priors), tuple(self.carryover)
         for i, b in enumerate(bins):
             if not isinstance(b, ConfidenceBin):
                 raise TableParseError(f"bins[{i}]", b, "is not a ConfidenceBin")
@@ -97,42 +140,56 @@ class AcceptanceCalibration:
             if i and prior.position <= priors[i - 1].position:
                 raise TableParseError(f"position_priors[{i}].position", prior.position,
                                       f"is not after position_priors[{i - 1}].position ({priors[i - 1].position})")
-        for name, parts in (("bins", bins), ("position_priors", priors)):
-            if sum(p.outcomes for p in parts) > self.outcomes:
+        for i, c in enumerate(carry):
+            if not isinstance(c, CarryBin):
+                raise TableParseError(f"carryover[{i}]", c, "is not a CarryBin")
+            if i and c.upper <= carry[i - 1].upper:
+                raise TableParseError(f"carryover[{i}].upper", c.upper, f"is not above carryover[{i - 1}].upper "
+                                      f"({carry[i - 1].upper}); bins go in rising confidence")
+        if carry and carry[-1].upper != 0.0:
+            raise TableParseError(f"carryover[{len(carry) - 1}].upper", carry[-1].upper,
+                                  "must be 0.0 in the last bin (the bins cover every log-prob)")
+        counted = (("bins", sum(b.outcomes for b in bins)), ("position_priors", sum(p.outcomes for p in priors)),
+                   ("carryover", sum(sum(c.outcomes) for c in carry)))
+        for name, total in counted:
+            if total > self.outcomes:
                 raise TableParseError(name, None, f"count more outcomes than the overall outcomes ({self.outcomes})",
                                       show_value=False)
         object.__setattr__(self, "bins", bins)
         object.__setattr__(self, "position_priors", priors)
+        object.__setattr__(self, "carryover", carry)
         object.__setattr__(self, "meta", MappingProxyType(fields.meta(self.meta)))
         object.__setattr__(self, "_uppers", [b.upper for b in bins])
         object.__setattr__(self, "_positions", [p.position for p in priors])
+        object.__setattr__(self, "_carry_uppers", [c.upper for c in carry])
 
     @classmethod
-    def fit(cls, outcomes: Iterable[tuple[float | None, bool, int]], drafter: DrafterKey,
-            meta: Mapping[str, object] | None = None) -> Self:
-        """Fit from judged drafts (top-1 log-prob or None, accepted, 1-based position); SpecCostError if too few."""
+    def fit(cls, outcomes: Iterable[tuple], drafter: DrafterKey, meta: Mapping[str, object] | None = None) -> Self:
+        """Fit from judged drafts; SpecCostError if there are too few.
+
+        A judged draft is (top-1 log-prob or None, accepted, 1-based position), optionally with a
+        fourth value: the top-1 log-prob of the first draft of its sequence's previous step (None:
+        there was none). Drafts with that value fit the carry-over.
+        """
         rows = [_outcome(row, i) for i, row in enumerate(outcomes)]
         if len(rows) < MIN_OUTCOMES:
             raise SpecCostError(f"a calibration needs at least {MIN_OUTCOMES} judged drafts, got {len(rows)}; "
                                 "run more prompts through met bench spec-cost")
-        accepted = sum(a for _, a, _ in rows)
-        edges = [math.log(p) for p in FIT_EDGES[:-1]]
-        grid = [[0, 0] for _ in FIT_EDGES]  # per starting bin: [outcomes, accepted]
-        for confidence, ok, _ in rows:
-            if confidence is not None:
-                slot = grid[bisect_left(edges, confidence)]
-                slot[0] += 1
-                slot[1] += ok
-        uppers = [*edges, 0.0]
-        bins = _monotone(_merge_small([(u, n, a) for u, (n, a) in zip(uppers, grid, strict=True) if n]))
+        accepted = sum(row[1] for row in rows)
+        bins = _monotone(_merge_small(_by_confidence([(c, ok, 1) for c, ok, _, _ in rows if c is not None], 1)))
         by_position: dict[int, list[int]] = {}
-        for _, ok, position in rows:
+        for _, ok, position, _ in rows:
             slot = by_position.setdefault(position, [0, 0])
             slot[0] += 1
             slot[1] += ok
         priors = [PositionPrior(pos, a / n, n) for pos, (n, a) in sorted(by_position.items()) if n >= MIN_OUTCOMES]
+        carried = [(prev, ok, pos) for _, ok, pos, prev in rows if prev is not None]
+        carry = []
+        if carried:
+            deepest = max(pos for _, _, pos in carried)
+            carry = [_carry_bin(u, counts) for u, counts in _merge_small(_by_confidence(carried, deepest))]
         return cls(drafter, accepted / len(rows), len(rows),
-                   [ConfidenceBin(u, a / n, n) for u, n, a in bins], priors, meta or {})
+                   [ConfidenceBin(u, a / n, n) for u, (n, a) in bins], priors, meta or {}, carry)
 
     def p_accept(self, confidence: float | None, position: int) -> float:
         """P(accept) of the draft at `position` (1-based) with top-1 log-prob `confidence` (None: unknown)."""
@@ -146,19 +203,38 @@ class AcceptanceCalibration:
         i = bisect_left(self._positions, position + 1) - 1  # the prior at position, else the deepest before it
         return self.position_priors[i].p_accept if i >= 0 else self.p_overall
 
+    def p_carried(self, previous: float | None, position: int) -> float:
+        """P(accept) of a step's draft at `position` after a step whose first draft had top-1 log-prob `previous`.
+
+        The carry-over's rate where it has one; else (no previous draft, no carry-over, or a
+        position past its bin's) the position's prior.
+        """
+        if previous is not None and self.carryover:
+            if not previous <= ROUNDING:
+                raise ValueError(f"previous confidence {previous!r} is not a log-probability (<= 0)")
+            rates = self.carryover[min(bisect_left(self._carry_uppers, previous), len(self.carryover) - 1)].p_accept
+            if position <= len(rates):
+                return rates[position - 1]
+        return self.p_accept(None, position)
+
     def expected_accepted(self, chain: Sequence[float | None]) -> float:
         """Expected accepted drafts of a chain (its drafts' confidences in order): the sum of running products."""
         return self.expected_accepted_by_depth(chain, len(chain))[-1]
 
-    def expected_accepted_by_depth(self, chain: Sequence[float | None], depth: int) -> list[float]:
+    def expected_accepted_by_depth(self, chain: Sequence[float | None], depth: int,
+                                   previous: float | None = None) -> list[float]:
         """expected_accepted of the chain's first k drafts for every k in 0..=depth, in one pass.
 
-        Drafts past the end of `chain` have no confidence: their position priors apply.
-        Example: priors 0.5 everywhere and no confidences give [0, 0.5, 0.75] at depth 2.
+        Drafts past the end of `chain` have no confidence: the carry-over of `previous` (the
+        previous step's first-draft log-prob; None: none) applies, which is the position priors
+        when it is None. Example: priors 0.5 everywhere and no confidences give [0, 0.5, 0.75] at depth 2.
         """
         totals, total, running = [0.0], 0.0, 1.0
         for position in range(1, depth + 1):
-            running *= self.p_accept(chain[position - 1] if position <= len(chain) else None, position)
+            if position <= len(chain):
+                running *= self.p_accept(chain[position - 1], position)
+            else:
+                running *= self.p_carried(previous, position)
             total += running
             totals.append(total)
         return totals
@@ -170,7 +246,9 @@ class AcceptanceCalibration:
                "overall": {"p_accept": self.p_overall, "outcomes": self.outcomes}, "meta": dict(self.meta)}
         arrays = {"bins": [{"upper": b.upper, "p_accept": b.p_accept, "outcomes": b.outcomes} for b in self.bins],
                   "position_priors": [{"position": p.position, "p_accept": p.p_accept, "outcomes": p.outcomes}
-                                      for p in self.position_priors]}
+                                      for p in self.position_priors],
+                  "carryover": [{"upper": c.upper, "p_accept": list(c.p_accept), "outcomes": list(c.outcomes)}
+                                for c in self.carryover]}
         return fields.dump(doc, arrays)
 
     @classmethod
@@ -179,7 +257,7 @@ class AcceptanceCalibration:
         doc = fields.load(text)
         if "schema" in doc:
             fields.schema(doc, SCHEMA)
-        fields.shape(doc, "", ("schema", "drafter", "overall"), ("bins", "position_priors", "meta"))
+        fields.shape(doc, "", ("schema", "drafter", "overall"), ("bins", "position_priors", "meta", "carryover"))
         drafter = _part(doc, "drafter", ("kind", "name", "digest"), DrafterKey)
         overall = fields.table(doc, "overall", "")
         try:
@@ -188,7 +266,8 @@ class AcceptanceCalibration:
             raise exc.within("overall") from None
         bins = _parts(doc, "bins", ("upper", "p_accept", "outcomes"), ConfidenceBin)
         priors = _parts(doc, "position_priors", ("position", "p_accept", "outcomes"), PositionPrior)
-        return cls(drafter, overall["p_accept"], overall["outcomes"], bins, priors, doc.get("meta", {}))
+        carry = _parts(doc, "carryover", ("upper", "p_accept", "outcomes"), CarryBin)
+        return cls(drafter, overall["p_accept"], overall["outcomes"], bins, priors, doc.get("meta", {}), carry)
 
 
 def _part(doc: Mapping, key: str, names: tuple[str, ...], make: type) -> object:
@@ -213,46 +292,80 @@ def _parts(doc: Mapping, key: str, names: tuple[str, ...], make: type) -> list:
     return made
 
 
-def _outcome(row: object, i: int) -> tuple[float | None, bool, int]:
-    try:
-        confidence, accepted, position = row  # type: ignore[misc]
-    except (TypeError, ValueError):
-        raise TableParseError(f"outcomes[{i}]", row, "is not (confidence, accepted, position)") from None
-    if confidence is not None:
-        confidence = fields.number(confidence, f"outcomes[{i}].confidence")
-        if confidence > ROUNDING:
-            raise TableParseError(f"outcomes[{i}].confidence", confidence, "is not a log-probability (<= 0)")
+def _outcome(row: object, i: int) -> tuple[float | None, bool, int, float | None]:
+    if not isinstance(row, tuple | list) or len(row) not in (3, 4):
+        raise TableParseError(f"outcomes[{i}]", row, "is not (confidence, accepted, position[, previous])")
+    confidence, accepted, position, previous = (*row, None) if len(row) == 3 else row
+    confidence = _log_prob(confidence, f"outcomes[{i}].confidence")
     if not isinstance(accepted, bool):
         raise TableParseError(f"outcomes[{i}].accepted", accepted, "is not a bool")
     fields.whole(position, f"outcomes[{i}].position", 1, MAX_POSITION)
-    return confidence, accepted, position
+    return confidence, accepted, position, _log_prob(previous, f"outcomes[{i}].previous")
 
 
-def _merge_small(bins: list[tuple[float, int, int]]) -> list[tuple[float, int, int]]:
-    """Merge adjacent (upper, outcomes, accepted) bins, left to right, until each has MIN_OUTCOMES."""
-    merged: list[tuple[float, int, int]] = []
-    pending = (0.0, 0, 0)
-    for upper, n, a in bins:
-        pending = (upper, pending[1] + n, pending[2] + a)
-        if pending[1] >= MIN_OUTCOMES:
+def _log_prob(value: object, field: str) -> float | None:
+    """None, or a finite log-probability (up to ROUNDING above 0, taken as it is)."""
+    if value is None:
+        return None
+    result = fields.number(value, field)
+    if result > ROUNDING:
+        raise TableParseError(field, value, "is not a log-probability (<= 0)")
+    return result
+
+
+Counts = tuple[int, ...]  # per position 1..P: outcomes then accepted, (n1, a1, n2, a2, ...)
+
+
+def _by_confidence(rows: list[tuple[float, bool, int]], positions: int) -> list[tuple[float, Counts]]:
+    """The fit's starting bins over (log-prob, accepted, position) rows: (upper, counts) of each non-empty bin."""
+    edges = [math.log(p) for p in FIT_EDGES[:-1]]
+    grid = [[0] * (2 * positions) for _ in FIT_EDGES]
+    for confidence, ok, position in rows:
+        if position <= positions:
+            slot = grid[bisect_left(edges, confidence)]
+            slot[2 * position - 2] += 1
+            slot[2 * position - 1] += ok
+    return [(upper, tuple(counts)) for upper, counts in zip([*edges, 0.0], grid, strict=True) if counts[0]]
+
+
+def _merge_small(bins: list[tuple[float, Counts]]) -> list[tuple[float, Counts]]:
+    """Merge adjacent (upper, counts) bins, left to right, until each has MIN_OUTCOMES at position 1."""
+    merged: list[tuple[float, Counts]] = []
+    pending: tuple[float, Counts] | None = None
+    for upper, counts in bins:
+        pending = (upper, counts if pending is None else _plus(pending[1], counts))
+        if pending[1][0] >= MIN_OUTCOMES:
             merged.append(pending)
-            pending = (0.0, 0, 0)
-    if pending[1]:  # a short tail joins the bin before it, or is dropped if there is none
-        if merged:
-            _, n, a = merged.pop()
-            merged.append((pending[0], n + pending[1], a + pending[2]))
+            pending = None
+    if pending is not None and merged:  # a short tail joins the bin before it, or is dropped if there is none
+        merged[-1] = (pending[0], _plus(merged[-1][1], pending[1]))
     if merged:
-        merged[-1] = (0.0, merged[-1][1], merged[-1][2])  # the last bin reaches log-prob 0
+        merged[-1] = (0.0, merged[-1][1])  # the last bin reaches log-prob 0
     return merged
 
 
-def _monotone(bins: list[tuple[float, int, int]]) -> list[tuple[float, int, int]]:
-    """Pool adjacent violators: merge neighbours until the rate never falls as confidence rises."""
-    pooled: list[tuple[float, int, int]] = []
-    for upper, n, a in bins:
-        pooled.append((upper, n, a))
+def _plus(a: Counts, b: Counts) -> Counts:
+    return tuple(x + y for x, y in zip(a, b, strict=True))
+
+
+def _monotone(bins: list[tuple[float, Counts]]) -> list[tuple[float, Counts]]:
+    """Pool adjacent violators of (upper, (outcomes, accepted)) bins until the rate never falls as confidence rises."""
+    pooled: list[tuple[float, Counts]] = []
+    for upper, counts in bins:
+        pooled.append((upper, counts))
         # a_prev / n_prev > a / n, compared exactly in integers
-        while len(pooled) > 1 and pooled[-2][2] * pooled[-1][1] > pooled[-1][2] * pooled[-2][1]:
-            (_, n2, a2), (u1, n1, a1) = pooled.pop(-2), pooled.pop()
-            pooled.append((u1, n1 + n2, a1 + a2))
+        while len(pooled) > 1 and pooled[-2][1][1] * pooled[-1][1][0] > pooled[-1][1][1] * pooled[-2][1][0]:
+            (_, before), (u1, last) = pooled.pop(-2), pooled.pop()
+            pooled.append((u1, _plus(before, last)))
     return pooled
+
+
+def _carry_bin(upper: float, counts: Counts) -> CarryBin:
+    """A carry-over bin of the positions, from the first, that each rest on MIN_OUTCOMES."""
+    rates, kept = [], []
+    for n, a in zip(counts[::2], counts[1::2]):
+        if n < MIN_OUTCOMES:
+            break
+        rates.append(a / n)
+        kept.append(n)
+    return CarryBin(upper, rates, kept)

@@ -7,6 +7,10 @@ verified, never which token is emitted.
 Worked example (one sequence, no confidences, every prior 0.5): at k = 2 the expected emitted
 tokens are 1 + (0.5 + 0.5 * 0.5) = 1.75; with verify 10 ms + draft 2 ms that is 145.8 tok/s.
 
+Planning before a step's first draft: nothing of this step is known yet, so each sequence's
+expectation comes from the calibration's carry-over of its previous step's first draft
+(`previous`), or from the position priors where it has none.
+
 Planning again in the middle of a step: once `drafted` drafts exist, their confidences replace the
 guesses and their draft cost is spent whichever depth is chosen now: depth k costs verify(k) +
 draft(max(k, drafted)). A choice below `drafted` verifies fewer of the drafts already made; a
@@ -48,27 +52,33 @@ class PlanDecision:
 
 def estimate_depths(table: CostTable, calibration: AcceptanceCalibration, width: int,
                     confidences: Sequence[Sequence[float | None]] | None,
-                    kmax: int | None = None, drafted: int = 0) -> list[DepthEstimate]:
+                    kmax: int | None = None, drafted: int = 0,
+                    previous: Sequence[float | None] | None = None) -> list[DepthEstimate]:
     """The expected tokens, wall, energy and their rates of each depth 0..=kmax at this width.
 
     `confidences[i]` are sequence i's drafts' top-1 log-probs in chain order; drafts past the
-    end of its list (or all, when `confidences` is None) use the calibration's position priors.
+    end of its list (or all, when `confidences` is None) use the calibration's carry-over of
+    `previous[i]`, the top-1 log-prob of sequence i's previous first draft (None, or all when
+    `previous` is None: the position priors).
     `drafted`: drafts this step has already made (their draft cost counts at every depth).
     """
     if isinstance(width, bool) or not isinstance(width, int) or width < 1:
         raise ValueError(f"width {width!r} is not a positive whole number")
     if confidences is not None and len(confidences) != width:
         raise ValueError(f"{len(confidences)} sequences of confidences for a step of width {width}")
+    if previous is not None and len(previous) != width:
+        raise ValueError(f"{len(previous)} previous confidences for a step of width {width}")
     deepest = table.kmax if kmax is None else min(kmax, table.kmax)
     if deepest < 0:
         raise ValueError(f"kmax {kmax} is negative")
     if isinstance(drafted, bool) or not isinstance(drafted, int) or not 0 <= drafted <= deepest:
         raise ValueError(f"drafted {drafted!r} is not in 0..={deepest}")
     chains = confidences if confidences is not None else [()] * width
+    befores = previous if previous is not None else [None] * width
     # Each sequence emits its accepted drafts plus the one bonus token; k = 0 emits exactly 1.
     tokens_at = [float(width)] * (deepest + 1)
-    for chain in chains:
-        for k, accepted in enumerate(calibration.expected_accepted_by_depth(chain, deepest)):
+    for chain, before in zip(chains, befores):
+        for k, accepted in enumerate(calibration.expected_accepted_by_depth(chain, deepest, before)):
             tokens_at[k] += accepted
     spent = table.cell(width, drafted)
     estimates = []
@@ -110,12 +120,14 @@ def choose(estimates: Sequence[DepthEstimate], slack: float) -> PlanDecision:
 
 def plan_depth(table: CostTable, calibration: AcceptanceCalibration, width: int,
                confidences: Sequence[Sequence[float | None]] | None, slack: float,
-               kmax: int | None = None, drafted: int = 0) -> PlanDecision:
+               kmax: int | None = None, drafted: int = 0,
+               previous: Sequence[float | None] | None = None) -> PlanDecision:
     """The draft depth for a step of `width` sequences (kmax caps the table's deepest depth).
 
     drafted > 0: planning again after that many drafts were made (see the module's docstring).
+    previous: each sequence's previous first-draft log-prob, for drafts without confidences.
     """
-    return choose(estimate_depths(table, calibration, width, confidences, kmax, drafted), slack)
+    return choose(estimate_depths(table, calibration, width, confidences, kmax, drafted, previous), slack)
 
 
 def _decision(e: DepthEstimate, why: str) -> PlanDecision:

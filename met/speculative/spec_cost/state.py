@@ -35,6 +35,7 @@ class SpecCostState:
             raise ValueError(f"--spec-cost-slack {self.slack!r} is not in [0, 1)")
 
     def plan(self, width: int, confidences: Sequence[Sequence[float | None]] | None = None,
-             kmax: int | None = None, drafted: int = 0) -> PlanDecision:
-        """The draft depth for a step of `width` sequences, at this state's slack (drafted: see plan_depth)."""
-        return plan_depth(self.table, self.calibration, width, confidences, self.slack, kmax, drafted)
+             kmax: int | None = None, drafted: int = 0,
+             previous: Sequence[float | None] | None = None) -> PlanDecision:
+        """The draft depth for a step of `width` sequences, at this state's slack (drafted, previous: see plan_depth)."""
+        return plan_depth(self.table, self.calibration, width, confidences, self.slack, kmax, drafted, previous)
