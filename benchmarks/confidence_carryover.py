@@ -1,8 +1,10 @@
 """How well a step's draft confidence predicts acceptance: its own draft's, against the next step's first draft.
 
 The measured planner decides whether a step drafts at all before any draft of that step exists,
-from the confidences of the sequence's previous step's drafts, read through the calibration,
-which was fitted on each draft's own confidence. This measures both relations on the same greedy
+from the confidence of the sequence's previous step's first draft. It first read it through the
+calibration's bins, fitted on each draft's own confidence; this benchmark showed how far that is
+from the next step's acceptance, and the calibration now fits that relation on its own (its
+carry-over, `AcceptanceCalibration.p_carried`). This measures both relations on the same greedy
 MTP decode (calibration windows of the held-out files, depth 3 every step, width 16): per bin of
 a first draft's top-1 log-prob, how often that draft was accepted and how many tokens its step
 emitted, and how often the *next* step's first draft was accepted and how many tokens the next
