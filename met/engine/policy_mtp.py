@@ -15,7 +15,8 @@ own-confidence bins say 0.32-0.44; benchmarks/confidence_carryover.py). New sequ
 sequences whose last step was plain, use the position priors. Once it drafts, the planner plans
 again after every MTP pass with the confidences of the drafts just made, their cost already spent
 (the carry-over still stands for the positions not drafted yet): it drafts deeper while the next
-draft is expected to pay for itself and stops, or drops drafts, when not. kmax is the least of the table's, the model's MTP depth and the width tier's verify pool.
+draft is expected to pay for itself and stops, or drops drafts, when not. kmax is the least of the
+table's, the model's MTP depth and the width tier's verify pool.
 A plain step leaves no confidences, so the next plan reads the priors; where the priors favour
 plain decode the planner would never draft again, however predictable the text became. So after
 PROBE_AFTER plain steps in a row, a step drafts anyway and verifies at least one draft (its

@@ -30,9 +30,10 @@ def valid_table() -> bytes:
 
 
 def valid_calibration() -> bytes:
-    """A calibration with two confidence bins, two position priors and a carry-over of two bins (two positions in one)."""
+    """A calibration with two confidence bins, two position priors and a two-bin carry-over (two positions in one)."""
     sure, unsure = math.log(0.95), math.log(0.2)  # the previous step's first drafts
-    rows = ([(math.log(0.9), i < 90, 1, sure) for i in range(100)] + [(math.log(0.3), i < 30, 2, sure) for i in range(100)]
+    rows = ([(math.log(0.9), i < 90, 1, sure) for i in range(100)]
+            + [(math.log(0.3), i < 30, 2, sure) for i in range(100)]
             + [(math.log(0.3), i < 60, 1, unsure) for i in range(100)])
     return AcceptanceCalibration.fit(rows, DrafterKey("mtp", "met-tiny-py", "0e39"),
                                      {"when": "2026-10-04", "prompts": 16}).to_toml().encode()

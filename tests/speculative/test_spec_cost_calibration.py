@@ -197,7 +197,8 @@ def test_carryover_bins_by_the_previous_first_draft_with_a_rate_per_position():
     # 60/100, then 40/100 at position 2, and position 3 had 50 chains: too few for a rate.
     rows = carried(HIGH, [90, 80, 70]) + carried(LOW, [60, 40]) + carried(LOW, [0, 0, 20], total=50)[100:]
     cal = AcceptanceCalibration.fit(rows, MTP)
-    assert cal.carryover == (CarryBin(LOW_UPPER, (0.6, 0.4), (100, 100)), CarryBin(0.0, (0.9, 0.8, 0.7), (100, 100, 100)))
+    assert cal.carryover == (CarryBin(LOW_UPPER, (0.6, 0.4), (100, 100)),
+                             CarryBin(0.0, (0.9, 0.8, 0.7), (100, 100, 100)))
     assert [cal.p_carried(LOW, j) for j in (1, 2)] == [0.6, 0.4] and cal.p_carried(HIGH, 3) == 0.7
     assert cal.p_carried(-50.0, 1) == 0.6 and cal.p_carried(1e-6, 1) == 0.9  # below the lowest bin; rounding above 0
     # a position past the bin's rates, or no previous draft: the position prior (position 3: 90/150)

@@ -37,5 +37,5 @@ class SpecCostState:
     def plan(self, width: int, confidences: Sequence[Sequence[float | None]] | None = None,
              kmax: int | None = None, drafted: int = 0,
              previous: Sequence[float | None] | None = None) -> PlanDecision:
-        """The draft depth for a step of `width` sequences, at this state's slack (drafted, previous: see plan_depth)."""
+        """The draft depth for a step of `width` sequences at this state's slack (drafted, previous: plan_depth's)."""
         return plan_depth(self.table, self.calibration, width, confidences, self.slack, kmax, drafted, previous)
