@@ -122,33 +122,18 @@ class AcceptanceCalibration:
         object.__setattr__(self, "p_overall", fields.probability(self.p_overall, "overall.p_accept"))
         fields.whole(self.outcomes, "overall.outcomes", MIN_OUTCOMES, 1 << 62)
         bins, priors, carry = tuple(self.bins), tuple(self.position_priors), tuple(self.carryover)
-        for i, b in enumerate(bins):
-            if not isinstance(b, ConfidenceBin):
-                raise TableParseError(f"bins[{i}]", b, "is not a ConfidenceBin")
-            if i and b.upper <= bins[i - 1].upper:
-                raise TableParseError(f"bins[{i}].upper", b.upper, f"is not above bins[{i - 1}].upper "
-                                      f"({bins[i - 1].upper}); bins go in rising confidence")
-            if i and b.p_accept < bins[i - 1].p_accept:
-                raise TableParseError(f"bins[{i}].p_accept", b.p_accept, f"is below bins[{i - 1}].p_accept "
+        _check_uppers("bins", bins, ConfidenceBin)
+        for i in range(1, len(bins)):
+            if bins[i].p_accept < bins[i - 1].p_accept:
+                raise TableParseError(f"bins[{i}].p_accept", bins[i].p_accept, f"is below bins[{i - 1}].p_accept "
                                       f"({bins[i - 1].p_accept}); the rate never falls as confidence rises")
-        if bins and bins[-1].upper != 0.0:
-            raise TableParseError(f"bins[{len(bins) - 1}].upper", bins[-1].upper,
-                                  "must be 0.0 in the last bin (the bins cover every log-prob)")
         for i, prior in enumerate(priors):
             if not isinstance(prior, PositionPrior):
                 raise TableParseError(f"position_priors[{i}]", prior, "is not a PositionPrior")
             if i and prior.position <= priors[i - 1].position:
                 raise TableParseError(f"position_priors[{i}].position", prior.position,
                                       f"is not after position_priors[{i - 1}].position ({priors[i - 1].position})")
-        for i, c in enumerate(carry):
-            if not isinstance(c, CarryBin):
-                raise TableParseError(f"carryover[{i}]", c, "is not a CarryBin")
-            if i and c.upper <= carry[i - 1].upper:
-                raise TableParseError(f"carryover[{i}].upper", c.upper, f"is not above carryover[{i - 1}].upper "
-                                      f"({carry[i - 1].upper}); bins go in rising confidence")
-        if carry and carry[-1].upper != 0.0:
-            raise TableParseError(f"carryover[{len(carry) - 1}].upper", carry[-1].upper,
-                                  "must be 0.0 in the last bin (the bins cover every log-prob)")
+        _check_uppers("carryover", carry, CarryBin)
         counted = (("bins", sum(b.outcomes for b in bins)), ("position_priors", sum(p.outcomes for p in priors)),
                    ("carryover", sum(sum(c.outcomes) for c in carry)))
         for name, total in counted:
@@ -268,6 +253,19 @@ class AcceptanceCalibration:
         priors = _parts(doc, "position_priors", ("position", "p_accept", "outcomes"), PositionPrior)
         carry = _parts(doc, "carryover", ("upper", "p_accept", "outcomes"), CarryBin)
         return cls(drafter, overall["p_accept"], overall["outcomes"], bins, priors, doc.get("meta", {}), carry)
+
+
+def _check_uppers(name: str, bins: tuple, kind: type) -> None:
+    """Bins by log-prob: each a `kind`, uppers strictly rising, the last exactly 0 (they cover every log-prob)."""
+    for i, b in enumerate(bins):
+        if not isinstance(b, kind):
+            raise TableParseError(f"{name}[{i}]", b, f"is not a {kind.__name__}")
+        if i and b.upper <= bins[i - 1].upper:
+            raise TableParseError(f"{name}[{i}].upper", b.upper, f"is not above {name}[{i - 1}].upper "
+                                  f"({bins[i - 1].upper}); bins go in rising confidence")
+    if bins and bins[-1].upper != 0.0:
+        raise TableParseError(f"{name}[{len(bins) - 1}].upper", bins[-1].upper,
+                              "must be 0.0 in the last bin (the bins cover every log-prob)")
 
 
 def _part(doc: Mapping, key: str, names: tuple[str, ...], make: type) -> object:
