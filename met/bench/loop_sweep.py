@@ -12,7 +12,10 @@ acceptance bookkeeping, streaming, the snapshot). Plain decode takes more steps 
 leaving that work out priced it too cheaply against speculation. Steps narrower than n (a
 request ended early), drafting fewer than k (KV room), among the first SKIP_STEPS of a run (the
 prompt's MTP catch-up), or the last of a run (no next tick to end it) are not counted; a run's
-figure is the median of its counted steps.
+figure is the median of its counted steps. The catch-up is measured on its own: a run's first
+step drafts after the prompt, so its draft beyond the run's median draft, over the prompt's rows,
+is the cell's catchup_s (the median over repeats), which the planner prices for sequences whose
+MTP block is far behind.
 Runs go as the window sweep's windows do (each repeat, the widths shuffled and a width's cells
 back to back, shuffled), and figures are paired the same way (sweep.paired_seconds).
 
@@ -23,6 +26,7 @@ sweep keeps; `met bench spec-cost` uses this sweep when the table has no energy 
 import random
 import statistics
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from met.bench import policies
 from met.bench.policies import StepRecord
@@ -51,16 +55,36 @@ def counted_steps(steps: Sequence[StepRecord], width: int, depth: int) -> list[t
             if len(s.proposed) == width and all(p == depth for p in s.proposed)]
 
 
+def catch_up_per_row(steps: Sequence[StepRecord], counted: Sequence[tuple[float, float]], width: int, depth: int,
+                     rows: float) -> float | None:
+    """The first step's draft beyond the counted steps' median draft, per prompt row (None: not measurable)."""
+    if depth == 0 or not steps or not counted or rows <= 0:
+        return None
+    first = steps[0]
+    if len(first.proposed) != width or any(p != depth for p in first.proposed):
+        return None
+    return max(first.draft_s - statistics.median(d for d, _ in counted), 0.0) / rows
+
+
+class CellRun(NamedTuple):
+    """One decode of a cell: its counted steps' (draft, verify) seconds and its catch-up per row (None at k = 0)."""
+
+    steps: list[tuple[float, float]]
+    catchup_s: float | None
+
+
 def run_cell(runner: ModelRunner, model_id: str, prompts: Sequence[Sequence[int]], depth: int,
-             tokens: int = LOOP_TOKENS, tokenizer: Tokenizer = BYTES) -> list[tuple[float, float]]:
-    """One decode of len(prompts) requests (the runner's width) at a fixed depth: its counted steps' (draft, verify)."""
+             tokens: int = LOOP_TOKENS, tokenizer: Tokenizer = BYTES) -> CellRun:
+    """One decode of len(prompts) requests (the runner's width) at a fixed depth: its counted steps and catch-up."""
     width = runner.cache.max_batch
     if len(prompts) != width:
         raise ValueError(f"{len(prompts)} prompts for a runner of width {width}")
     pools = VerifyPools(((width, depth),))  # no pool clamp: every sequence drafts `depth`
     policy = PlainPolicy() if depth == 0 else MtpFixedPolicy(depth, runner.model.cfg.mtp_depth, pools)
     _, _, recorder, _ = policies.run_once(runner, policy, model_id, prompts, tokens, tokenizer)
-    return counted_steps(recorder.steps, width, depth)
+    counted = counted_steps(recorder.steps, width, depth)
+    rows = statistics.mean(len(p) for p in prompts)  # a prompt's catch-up: its tokens after the first, then one
+    return CellRun(counted, catch_up_per_row(recorder.steps, counted, width, depth, rows))
 
 
 def measure_in_loop(model: Transformer, model_id: str, prompts: Sequence[Sequence[int]], params: SweepParams,
@@ -88,12 +112,15 @@ def measure_in_loop(model: Transformer, model_id: str, prompts: Sequence[Sequenc
             done += 1
             on_run(done, total, f"warm-up n={n} k={k}")
     windows: dict[Task, list[float]] = {t: [] for t in tasks(params)}
+    catchups: dict[tuple[int, int], list[float]] = {}
     counted: dict[tuple[int, int], int] = {}
     groups = {n: [(n, k) for k in depths] for n in runners}
     order = random.Random(params.seed)
     for repeat in range(params.repeats):
         for n, k in visit_order(groups, order):
-            steps = run_cell(runners[n], model_id, prompts[:n], k, tokenizer=tokenizer)
+            steps, catchup = run_cell(runners[n], model_id, prompts[:n], k, tokenizer=tokenizer)
+            if catchup is not None:
+                catchups.setdefault((n, k), []).append(catchup)
             if not steps:
                 raise NothingTimed(f"the decode at width {n}, depth {k} ran no full step to time "
                                    "(its requests ended at once)")
@@ -104,10 +131,11 @@ def measure_in_loop(model: Transformer, model_id: str, prompts: Sequence[Sequenc
             done += 1
             on_run(done, total, f"repeat {repeat + 1}/{params.repeats} n={n} k={k}")
     figures = paired_seconds(windows)
-    cells = tuple(_cell(n, k, windows, figures) for n in params.widths for k in depths)
+    cells = tuple(_cell(n, k, windows, figures, catchups.get((n, k))) for n in params.widths for k in depths)
     meta = {"method": f"in-loop: each cell a decode of {LOOP_TOKENS} tokens per request through the scheduler "
                       f"at that width and fixed depth, the median of its full steps (the first {SKIP_STEPS} "
-                      "and the last not counted); verify_s is the rest of the scheduler's tick after the draft",
+                      "and the last not counted); verify_s is the rest of the scheduler's tick after the draft; "
+                      "catchup_s: the first step's draft beyond the median draft, per prompt row, median over repeats",
             "context_len": longest, "repeats": params.repeats,
             "steps_counted_min": min(counted.values()), "steps_counted_max": max(counted.values()),
             "cell_order": f"per repeat, widths shuffled, each width's depths back to back, shuffled "
@@ -118,7 +146,9 @@ def measure_in_loop(model: Transformer, model_id: str, prompts: Sequence[Sequenc
     return SweepResult(cells, meta)
 
 
-def _cell(n: int, k: int, windows: dict[Task, list[float]], figures: dict[Task, float]) -> Cell:
+def _cell(n: int, k: int, windows: dict[Task, list[float]], figures: dict[Task, float],
+          catchups: list[float] | None) -> Cell:
     verify, draft = Task(n, k, "verify"), Task(n, k, "draft")
     return Cell(n, k, round_figure(figures[verify]), round_figure(figures[draft]) if k else 0.0,
-                verify_s_spread=iqr(windows[verify]), draft_s_spread=iqr(windows[draft]) if k else 0.0)
+                verify_s_spread=iqr(windows[verify]), draft_s_spread=iqr(windows[draft]) if k else 0.0,
+                catchup_s=round_figure(statistics.median(catchups)) if k and catchups else None)

@@ -206,7 +206,9 @@ def show(path: TableArg, calibration: CalibrationOpt = None, slack: SlackOpt = 0
 def _width_table(table: CostTable, cal: AcceptanceCalibration | None, n: int, slack: float) -> Table:
     """One width's rows: seconds in ms, joules as measured, and what each depth delivers."""
     grid = Table(title=f"width n = {n}", box=box.SIMPLE_HEAD, title_justify="left")
-    headers = ["k", "verify ms", "draft ms"] + (["verify J", "draft J"] if table.has_energy else [])
+    catchups = any(table.cell(n, k).catchup_s is not None for k in range(1, table.kmax + 1))
+    headers = ["k", "verify ms", "draft ms"] + (["catch-up us/row"] if catchups else [])
+    headers += ["verify J", "draft J"] if table.has_energy else []
     if cal is not None:
         headers += ["E tokens", "tok/s"] + (["tok/J"] if table.has_energy else []) + ["plan"]
     for header in headers:
@@ -216,6 +218,8 @@ def _width_table(table: CostTable, cal: AcceptanceCalibration | None, n: int, sl
     for k in range(table.kmax + 1):
         cell = table.cell(n, k)
         row = [str(k), f"{cell.verify_s * 1e3:.4g}", f"{cell.draft_s * 1e3:.4g}"]
+        if catchups:
+            row.append("-" if cell.catchup_s is None else f"{cell.catchup_s * 1e6:.4g}")
         if table.has_energy:
             row += [f"{cell.verify_j:.4g}", f"{cell.draft_j:.4g}"]
         if estimates:

@@ -16,7 +16,10 @@ sequences whose last step was plain, use the position priors. Once it drafts, th
 again after every MTP pass with the confidences of the drafts just made, their cost already spent
 (the carry-over still stands for the positions not drafted yet): it drafts deeper while the next
 draft is expected to pay for itself and stops, or drops drafts, when not. kmax is the least of the
-table's, the model's MTP depth and the width tier's verify pool.
+table's, the model's MTP depth and the width tier's verify pool. The first plan also prices what
+drafting first costs a sequence whose MTP block is far behind (a request that never drafted is a
+whole prompt behind): the table's catch-up cost per row, spread over the steps the request has
+left (met.speculative.spec_cost.plan).
 A plain step leaves no confidences, so the next plan reads the priors; where the priors favour
 plain decode the planner would never draft again, however predictable the text became. So after
 PROBE_AFTER plain steps in a row, a step drafts anyway and verifies at least one draft (its
@@ -109,7 +112,9 @@ class MtpPlannedPolicy:
     def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
         width = len(seqs)
         kmax = min(self.state.table.kmax, self.num_drafts, self.pools.max_drafts(width))
-        decision = self.state.plan(width, None, kmax, previous=_previous_firsts(seqs))
+        decision = self.state.plan(width, None, kmax, previous=_previous_firsts(seqs),
+                                   behind=[runner.mtp_behind(s.slot) for s in seqs],
+                                   remaining=[s.remaining for s in seqs])
         if decision.k:
             self.probe_after = PROBE_AFTER
         elif self.probing:  # the last step probed and its drafts did not convince the plan

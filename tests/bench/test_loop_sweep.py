@@ -2,7 +2,7 @@
 
 import pytest
 
-from met.bench.loop_sweep import SKIP_STEPS, counted_steps, measure_in_loop, run_cell
+from met.bench.loop_sweep import SKIP_STEPS, catch_up_per_row, counted_steps, measure_in_loop, run_cell
 from met.bench.policies import StepRecord
 from met.bench.sweep import SweepParams
 from met.engine.runner import ModelRunner
@@ -27,6 +27,7 @@ def test_every_cell_is_timed_and_makes_a_valid_table(micro):
     result = measure_in_loop(micro, "micro@t", prompts(2), PARAMS, lambda d, t, label: labels.append((d, t, label)))
     assert [(c.n, c.k) for c in result.cells] == [(n, k) for n in (1, 2) for k in range(3)]
     assert all(c.verify_s > 0 and (c.draft_s > 0) == (c.k > 0) for c in result.cells)
+    assert all((c.catchup_s is not None) == (c.k > 0) for c in result.cells)  # measured for drafting cells
     assert result.meta["steps_counted_min"] > 0 and result.meta["method"].startswith("in-loop")
     table = CostTable(TableKey("cpu-test-1t", "micro@t", "none", {"decode": "a", "verify": "b", "draft_mtp": "c"}),
                       result.cells, result.meta)
@@ -38,8 +39,23 @@ def test_every_cell_is_timed_and_makes_a_valid_table(micro):
 
 
 def test_a_decode_at_depth_k_drafts_k_for_every_sequence(micro):
-    steps = run_cell(ModelRunner(micro, 2, 80), "micro@t", prompts(2), 2, tokens=24)
-    assert steps and all(d > 0 and v > 0 for d, v in steps)
+    run = run_cell(ModelRunner(micro, 2, 80), "micro@t", prompts(2), 2, tokens=24)
+    assert run.steps and all(d > 0 and v > 0 for d, v in run.steps) and run.catchup_s is not None
+    assert run_cell(ModelRunner(micro, 2, 80), "micro@t", prompts(2), 0, tokens=24).catchup_s is None
+
+
+def test_the_catch_up_is_the_first_drafts_excess_over_the_median_draft_per_prompt_row():
+    # the first draft (after the prompt) took 6 ms, the counted ones a median of 2 ms: 4 ms over 16 rows
+    steps = [StepRecord((1, 1), 0.006, 0.016, 0.0), StepRecord((1, 1), 0.003, 0.013, 0.02)]
+    counted = [(0.002, 0.01), (0.001, 0.01), (0.003, 0.01)]
+    assert catch_up_per_row(steps, counted, width=2, depth=1, rows=16) == pytest.approx(0.004 / 16)
+    # a first draft cheaper than the median: no catch-up cost, not a negative one
+    assert catch_up_per_row([StepRecord((1, 1), 0.001, 0.01, 0.0)], counted, 2, 1, 16) == 0.0
+    # not measurable: plain decode, a first step narrower or shallower than the cell, nothing counted
+    assert catch_up_per_row(steps, counted, 2, 0, 16) is None
+    assert catch_up_per_row([StepRecord((1,), 0.006, 0.016, 0.0)], counted, 2, 1, 16) is None
+    assert catch_up_per_row([StepRecord((0, 1), 0.006, 0.016, 0.0)], counted, 2, 1, 16) is None
+    assert catch_up_per_row(steps, [], 2, 1, 16) is None
 
 
 def test_only_full_steps_after_the_first_are_counted_each_to_the_next_tick():

@@ -91,11 +91,13 @@ def test_clamps_kv_room_and_remaining_tokens():
 SURE_NEXT = [CarryBin(-2.0, (0.05,), (200,)), CarryBin(0.0, (0.95,) * 4, (300, 280, 260, 250))]
 
 
-def _state(energy: bool = False, carryover: list[CarryBin] = SURE_NEXT) -> SpecCostState:
+def _state(energy: bool = False, carryover: list[CarryBin] = SURE_NEXT,
+           catchup_s: float | None = None) -> SpecCostState:
     # verify cost grows slowly with k: deep drafts pay only when they are likely accepted
     box, recipe, digests = "box", "r@d", {"decode": "a", "verify": "b", "draft_mtp": "c"}
     source = "none"
-    cells = [Cell(n, k, 0.010 + 0.002 * k, 0.0 if k == 0 else 0.001 * k) for n in (1, 8) for k in range(5)]
+    cells = [Cell(n, k, 0.010 + 0.002 * k, 0.0 if k == 0 else 0.001 * k, catchup_s=catchup_s if k else None)
+             for n in (1, 8) for k in range(5)]
     table = CostTable(TableKey(box, recipe, source, digests), cells)
     drafter = DrafterKey("mtp", "r", "d")
     bins = [ConfidenceBin(-2.0, 0.05, 500), ConfidenceBin(0.0, 0.95, 500)]
@@ -128,6 +130,16 @@ def test_measured_planner_reads_the_previous_first_draft_through_the_carryover_n
     assert {bare.plan(_runner(), _seqs(1, confidences=c)).decision.k for c in ([-5.0], [-0.01], [])} == {priors_only}
 
 
+def test_measured_planner_prices_the_catch_up_of_a_sequence_far_behind_over_the_tokens_it_has_left():
+    # 1 ms per row behind: a sure sequence a 300-row prompt behind with 3 tokens left decodes plainly
+    # (the catch-up would buy one or two steps of drafts); caught up, or with 10,000 tokens left, it drafts.
+    p = MtpPlannedPolicy(_state(catchup_s=1e-3), 4, DEFAULT_POOLS)
+    sure = [-0.01] * 4
+    assert p.plan(_runner(behind=300), _seqs(1, max_tokens=3, confidences=sure)).depth == 0
+    assert p.plan(_runner(behind=1), _seqs(1, max_tokens=3, confidences=sure)).depth == 4
+    assert p.plan(_runner(behind=300), _seqs(1, max_tokens=10_000, confidences=sure)).depth == 4
+
+
 class _ScriptedDrafter:
     """A runner stand-in: MTP drafts whose confidences follow a script, asking replan as ModelRunner does."""
 
@@ -137,6 +149,9 @@ class _ScriptedDrafter:
 
     def length(self, slot: int) -> int:
         return 10
+
+    def mtp_behind(self, slot: int) -> int:
+        return 1
 
     max_len = 128
 

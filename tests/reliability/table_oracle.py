@@ -24,7 +24,8 @@ from met.speculative.spec_cost import AcceptanceCalibration, CostTable, TablePar
 
 ENERGY = ("nvml", "rapl", "none")
 CELL_REQUIRED = {"n", "k", "verify_s", "draft_s"}
-CELL_OPTIONAL = {"verify_j", "draft_j", "verify_s_spread", "draft_s_spread", "verify_j_spread", "draft_j_spread"}
+CELL_OPTIONAL = {"verify_j", "draft_j", "verify_s_spread", "draft_s_spread", "verify_j_spread", "draft_j_spread",
+                 "catchup_s"}
 
 
 def _is_num(x: object) -> bool:
@@ -97,6 +98,8 @@ def _cell_ok(c: object, source: str) -> tuple[int, int] | None:
             return None
         if name in c and name.endswith("_j_spread") and not joules:
             return None
+    if "catchup_s" in c and (k == 0 or not _spread(c["catchup_s"])):
+        return None  # a cost per row behind, >= 0, of drafting steps only
     return c["n"], k
 
 

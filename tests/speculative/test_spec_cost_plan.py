@@ -88,6 +88,29 @@ def test_the_first_plan_reads_each_sequences_previous_first_draft_through_the_ca
         estimate_depths(table(HAND, n=2), cal, 2, None, previous=[HIGH])
 
 
+def test_a_first_plan_spreads_a_sequences_catch_up_over_the_steps_it_has_left():
+    # HAND at width 1 with catchup_s 0.1 ms per row. A sequence 256 rows behind (a prompt) at k = 1:
+    # 256 - 2 = 254 rows past what a drafting step leaves, 25.4 ms. With 180 tokens left at 1.8 tokens
+    # per step, 100 steps share it: 13.254 ms, 135.8 tok/s, still k = 1. With 9 left, 5 steps: 18.08 ms,
+    # 99.6 tok/s, and k = 2 (99.2) too fall below plain decode's 100: k = 0.
+    t = CostTable(METERED, [Cell(1, k, *row, catchup_s=1e-4 if k else None) for k, row in enumerate(HAND)])
+    cal = calibration(80, 50)
+    far = estimate_depths(t, cal, 1, None, behind=[256], remaining=[180])
+    assert far[1].wall_s == pytest.approx(0.013 + 254 * 1e-4 / 100)
+    assert far[2].wall_s == pytest.approx(0.016 + 253 * 1e-4 / (180 / 2.2))
+    near = estimate_depths(t, cal, 1, None, behind=[256], remaining=[9])
+    assert near[1].wall_s == pytest.approx(0.013 + 254 * 1e-4 / 5)
+    assert plan_depth(t, cal, 1, None, 0.0, behind=[256], remaining=[180]).k == 1
+    assert plan_depth(t, cal, 1, None, 0.0, behind=[256], remaining=[9]).k == 0
+    assert plan_depth(t, cal, 1, None, 0.0, behind=[256], remaining=[1]).k == 0  # fewer than a step: all of it
+    # caught up (a drafting step leaves at most k + 1 rows), mid-step, or behind/remaining unknown: not priced
+    assert estimate_depths(t, cal, 1, None, behind=[2], remaining=[2])[1].wall_s == 0.013
+    assert estimate_depths(t, cal, 1, None, drafted=1, behind=[256], remaining=[2])[1].wall_s == 0.013
+    assert estimate_depths(t, cal, 1, None, behind=[256])[1].wall_s == 0.013
+    with pytest.raises(ValueError, match="2 behind counts for a step of width 1"):
+        estimate_depths(t, cal, 1, None, behind=[256, 0], remaining=[1])
+
+
 def test_ties_go_to_the_smaller_depth():
     # k = 0: 1 token / 0.5 s = 2 tok/s, 1 token / 1 J. k = 1 at p = 0.5: 1.5 / 0.75 s = 2 tok/s and
     # 1.5 / 1.5 J = 1 tok/J: an exact tie (binary fractions) in both, so k = 0.

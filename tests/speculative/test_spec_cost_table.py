@@ -234,6 +234,9 @@ def test_message_names_the_field_path_and_value():
         (dict(n=1, k=0, verify_s=0.01, draft_s=0.0, verify_j=1.0), "draft_j: is missing"),  # joules come in pairs
         (dict(n=1, k=0, verify_s=0.01, draft_s=0.0, verify_s_spread=-1.0), "verify_s_spread: -1.0 is not a spread"),
         (dict(n=1, k=0, verify_s=0.01, draft_s=0.0, verify_j_spread=0.1), "verify_j_spread: 0.1 is given for a cell"),
+        (dict(n=1, k=0, verify_s=0.01, draft_s=0.0, catchup_s=1e-5), "catchup_s: 1e-05 is given at k = 0"),
+        (dict(n=1, k=1, verify_s=0.01, draft_s=0.001, catchup_s=-1e-5), "catchup_s: -1e-05 is not a cost per row"),
+        (dict(n=1, k=1, verify_s=0.01, draft_s=0.001, catchup_s=math.inf), "catchup_s: inf is not a finite number"),
     ],
 )
 def test_cell_validates_itself(cell, message):
@@ -271,6 +274,12 @@ def test_cell_interpolates_linearly_in_width():
     assert table.cell(2, 1) == Cell(2, 1, 1.5, 0.4375, 3.0, 1.0)
     assert table.cell(3, 1) == Cell(3, 1, 2.0, 0.375, 4.0, 1.0)
     assert table.cell(3, 0).draft_s == 0.0  # k = 0 stays a plain decode at every width
+    # a catch-up cost per row interpolates too (1e-5 and 3e-5 s: 1.5e-5 at n = 2), and stays absent where it is
+    caught = CostTable(key, [Cell(1, 0, 1.0, 0.0, 2.0, 0.0), Cell(1, 1, 1.0, 0.5, 2.0, 1.0, catchup_s=1e-5),
+                             Cell(5, 0, 3.0, 0.0, 6.0, 0.0), Cell(5, 1, 3.0, 0.25, 6.0, 1.0, catchup_s=3e-5)])
+    assert caught.cell(2, 1).catchup_s == pytest.approx(1.5e-5) and caught.cell(2, 0).catchup_s is None
+    assert table.cell(2, 1).catchup_s is None
+    assert CostTable.parse(caught.to_toml()) == caught
 
 
 def test_cell_at_a_measured_width_is_the_measured_cell():

@@ -11,6 +11,15 @@ Planning before a step's first draft: nothing of this step is known yet, so each
 expectation comes from the calibration's carry-over of its previous step's first draft
 (`previous`), or from the position priors where it has none.
 
+Catching up: a cell's draft_s is a draft after a drafting step. A sequence whose MTP block is
+further behind (a request that never drafted is a whole prompt behind) first catches up on those
+rows, at the cell's catchup_s per row when the table measured it. That is paid once, for every
+later step of the request that drafts, so the planner spreads it over the steps the request has
+left at that depth (`remaining` tokens over the tokens a step is expected to emit): a request
+near its end does not start drafting for a gain it cannot collect. Worked example: one sequence
+256 rows behind at depth 3, catchup_s 20 us: 252 rows past the 4 a depth-3 step leaves, 5.04 ms;
+with 128 tokens left at 2.56 tokens per step, 50 steps share it, 0.1008 ms each.
+
 Planning again in the middle of a step: once `drafted` drafts exist, their confidences replace the
 guesses and their draft cost is spent whichever depth is chosen now: depth k costs verify(k) +
 draft(max(k, drafted)). A choice below `drafted` verifies fewer of the drafts already made; a
@@ -53,7 +62,8 @@ class PlanDecision:
 def estimate_depths(table: CostTable, calibration: AcceptanceCalibration, width: int,
                     confidences: Sequence[Sequence[float | None]] | None,
                     kmax: int | None = None, drafted: int = 0,
-                    previous: Sequence[float | None] | None = None) -> list[DepthEstimate]:
+                    previous: Sequence[float | None] | None = None,
+                    behind: Sequence[int] | None = None, remaining: Sequence[int] | None = None) -> list[DepthEstimate]:
     """The expected tokens, wall, energy and their rates of each depth 0..=kmax at this width.
 
     `confidences[i]` are sequence i's drafts' top-1 log-probs in chain order; drafts past the
@@ -61,6 +71,9 @@ def estimate_depths(table: CostTable, calibration: AcceptanceCalibration, width:
     `previous[i]`, the top-1 log-prob of sequence i's previous first draft (None, or all when
     `previous` is None: the position priors).
     `drafted`: drafts this step has already made (their draft cost counts at every depth).
+    `behind[i]`, `remaining[i]`: rows sequence i's MTP block is behind and tokens it may still
+    emit; with both, and a table that measured catchup_s, a first plan (drafted = 0) prices the
+    catch-up spread over the request's steps left (the module's docstring).
     """
     if isinstance(width, bool) or not isinstance(width, int) or width < 1:
         raise ValueError(f"width {width!r} is not a positive whole number")
@@ -68,6 +81,9 @@ def estimate_depths(table: CostTable, calibration: AcceptanceCalibration, width:
         raise ValueError(f"{len(confidences)} sequences of confidences for a step of width {width}")
     if previous is not None and len(previous) != width:
         raise ValueError(f"{len(previous)} previous confidences for a step of width {width}")
+    for name, values in (("behind", behind), ("remaining", remaining)):
+        if values is not None and len(values) != width:
+            raise ValueError(f"{len(values)} {name} counts for a step of width {width}")
     deepest = table.kmax if kmax is None else min(kmax, table.kmax)
     if deepest < 0:
         raise ValueError(f"kmax {kmax} is negative")
@@ -77,15 +93,21 @@ def estimate_depths(table: CostTable, calibration: AcceptanceCalibration, width:
     befores = previous if previous is not None else [None] * width
     # Each sequence emits its accepted drafts plus the one bonus token; k = 0 emits exactly 1.
     tokens_at = [float(width)] * (deepest + 1)
+    per_seq = []  # each sequence's expected emitted tokens at every depth
     for chain, before in zip(chains, befores):
-        for k, accepted in enumerate(calibration.expected_accepted_by_depth(chain, deepest, before)):
-            tokens_at[k] += accepted
+        emitted = [1.0 + a for a in calibration.expected_accepted_by_depth(chain, deepest, before)]
+        per_seq.append(emitted)
+        for k, e in enumerate(emitted):
+            tokens_at[k] += e - 1.0
     spent = table.cell(width, drafted)
+    priced = drafted == 0 and behind is not None and remaining is not None
     estimates = []
     for k, tokens in enumerate(tokens_at):
         cell = table.cell(width, k)
         drafts = cell if k >= drafted else spent
         wall = cell.verify_s + drafts.draft_s
+        if priced and k and cell.catchup_s:
+            wall += _catch_up_share(cell.catchup_s, width, behind, remaining, [e[k] for e in per_seq], k)
         energy = None if cell.verify_j is None else cell.verify_j + drafts.draft_j
         estimates.append(DepthEstimate(k, tokens, wall, energy, tokens / wall,
                                        None if energy is None else tokens / energy))
@@ -121,13 +143,31 @@ def choose(estimates: Sequence[DepthEstimate], slack: float) -> PlanDecision:
 def plan_depth(table: CostTable, calibration: AcceptanceCalibration, width: int,
                confidences: Sequence[Sequence[float | None]] | None, slack: float,
                kmax: int | None = None, drafted: int = 0,
-               previous: Sequence[float | None] | None = None) -> PlanDecision:
+               previous: Sequence[float | None] | None = None,
+               behind: Sequence[int] | None = None, remaining: Sequence[int] | None = None) -> PlanDecision:
     """The draft depth for a step of `width` sequences (kmax caps the table's deepest depth).
 
     drafted > 0: planning again after that many drafts were made (see the module's docstring).
     previous: each sequence's previous first-draft log-prob, for drafts without confidences.
+    behind, remaining: each sequence's MTP rows behind and tokens left, to price catch-ups.
     """
-    return choose(estimate_depths(table, calibration, width, confidences, kmax, drafted, previous), slack)
+    estimates = estimate_depths(table, calibration, width, confidences, kmax, drafted, previous, behind, remaining)
+    return choose(estimates, slack)
+
+
+def _catch_up_share(catchup_s: float, width: int, behind: Sequence[int], remaining: Sequence[int],
+                    emitted: Sequence[float], k: int) -> float:
+    """This step's share of the catch-ups it starts: each sequence's, spread over its steps left at depth k.
+
+    A sequence's rows beyond the k + 1 a drafting step leaves (draft_s covers those) cost
+    catchup_s / width each: the cell's catchup_s is per row of every sequence of the step.
+    """
+    share = 0.0
+    for rows, left, tokens in zip(behind, remaining, emitted):
+        extra = rows - (k + 1)
+        if extra > 0:
+            share += catchup_s * extra / width / max(1.0, left / tokens)
+    return share
 
 
 def _decision(e: DepthEstimate, why: str) -> PlanDecision:

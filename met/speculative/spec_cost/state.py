@@ -35,7 +35,8 @@ class SpecCostState:
             raise ValueError(f"--spec-cost-slack {self.slack!r} is not in [0, 1)")
 
     def plan(self, width: int, confidences: Sequence[Sequence[float | None]] | None = None,
-             kmax: int | None = None, drafted: int = 0,
-             previous: Sequence[float | None] | None = None) -> PlanDecision:
-        """The draft depth for a step of `width` sequences at this state's slack (drafted, previous: plan_depth's)."""
-        return plan_depth(self.table, self.calibration, width, confidences, self.slack, kmax, drafted, previous)
+             kmax: int | None = None, drafted: int = 0, previous: Sequence[float | None] | None = None,
+             behind: Sequence[int] | None = None, remaining: Sequence[int] | None = None) -> PlanDecision:
+        """The draft depth for a step of `width` sequences at this state's slack (the rest: plan_depth's)."""
+        return plan_depth(self.table, self.calibration, width, confidences, self.slack, kmax, drafted, previous,
+                          behind, remaining)

@@ -14,7 +14,8 @@ MAX_WIDTH = 1 << 16  # sequences in one step; far above any batch a box serves
 MAX_DEPTH = 64  # drafts per sequence; far above any depth worth verifying
 
 _CELL_REQUIRED = ("n", "k", "verify_s", "draft_s")
-_CELL_OPTIONAL = ("verify_j", "draft_j", "verify_s_spread", "draft_s_spread", "verify_j_spread", "draft_j_spread")
+_SPREADS = ("verify_s_spread", "draft_s_spread", "verify_j_spread", "draft_j_spread")
+_CELL_OPTIONAL = ("verify_j", "draft_j", *_SPREADS, "catchup_s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +25,11 @@ class Cell:
     Seconds are wall time of one step; joules are the energy of one step (None when the table
     was measured with energy_source "none"). draft_* are 0 at k = 0 and positive otherwise.
     A *_spread is the spread of the repeated measurements in the same unit (optional).
+
+    catchup_s (optional, k >= 1 only): what a draft step at this width pays beyond draft_s per
+    row its sequences' MTP block is behind, each of them (a request's first draft catches up on
+    its whole prompt; a draft after plain steps on their rows). draft_s covers a step after a
+    drafting step. Wall time only: no joules are measured for it.
     """
 
     n: int
@@ -36,6 +42,7 @@ class Cell:
     draft_s_spread: float | None = None
     verify_j_spread: float | None = None
     draft_j_spread: float | None = None
+    catchup_s: float | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -50,10 +57,16 @@ class Cell:
         if self.verify_j is not None:
             set_(self, "verify_j", fields.cost(self.verify_j, "verify_j"))
             set_(self, "draft_j", fields.cost(self.draft_j, "draft_j", zero=self.k == 0))
-        for attr in _CELL_OPTIONAL[2:]:
+        for attr in _SPREADS:
             set_(self, attr, fields.spread(getattr(self, attr), attr))
             if attr.endswith("_j_spread") and getattr(self, attr) is not None and self.verify_j is None:
                 raise TableParseError(attr, getattr(self, attr), "is given for a cell without joules")
+        if self.catchup_s is not None:
+            if self.k == 0:
+                raise TableParseError("catchup_s", self.catchup_s, "is given at k = 0 (a plain step drafts nothing)")
+            set_(self, "catchup_s", fields.number(self.catchup_s, "catchup_s"))
+            if self.catchup_s < 0.0:
+                raise TableParseError("catchup_s", self.catchup_s, "is not a cost per row (finite and >= 0)")
 
     @property
     def wall_s(self) -> float:
@@ -145,7 +158,8 @@ class CostTable:
             # Weighted form: exact at the ends, and positive whenever both ends are.
             return None if a is None else (a * (hi.n - n) + b * (n - lo.n)) / (hi.n - lo.n)
 
-        return Cell(n, k, lerp("verify_s"), lerp("draft_s"), lerp("verify_j"), lerp("draft_j"))
+        catchup = lerp("catchup_s") if hi.catchup_s is not None else None
+        return Cell(n, k, lerp("verify_s"), lerp("draft_s"), lerp("verify_j"), lerp("draft_j"), catchup_s=catchup)
 
     def to_toml(self) -> str:
         """The table as TOML text; parse(to_toml()) gives back an equal table."""
