@@ -1,6 +1,7 @@
 """`met tables check` and `met tables show` through CliRunner: exit codes and one-line messages."""
 
 import math
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -192,6 +193,15 @@ def test_show_prints_each_width(tmp_path):
     assert "width n = 1" in result.stdout and "width n = 8" in result.stdout
     assert "7.1" in result.stdout and "verify J" in result.stdout  # 0.0071 s shown as 7.1 ms
     assert "◀" not in result.stdout  # no calibration, no plan
+
+
+def test_show_prints_the_catch_up_cost_per_row_when_the_table_measured_it(tmp_path):
+    assert "catch-up" not in tables("show", str(write(tmp_path, TABLE))).stdout
+    measured = TABLE.replace("draft_s = 0.0012\n", "draft_s = 0.0012\ncatchup_s = 2.5e-05\n", 1)
+    assert measured != TABLE
+    result = tables("show", str(write(tmp_path, measured)))
+    assert result.exit_code == EX_OK and "catch-up us/row" in result.stdout
+    assert re.search(r"\b1\s+7\.4\s+1\.2\s+25\s+2\s", result.stdout)  # n = 1, k = 1: 25 us per row
 
 
 def test_show_with_a_calibration_marks_the_plan(tmp_path):
