@@ -273,6 +273,10 @@ def test_cell_interpolates_linearly_in_width():
                             Cell(5, 0, 3.0, 0.0, 6.0, 0.0), Cell(5, 1, 3.0, 0.25, 6.0, 1.0)])
     assert table.cell(2, 1) == Cell(2, 1, 1.5, 0.4375, 3.0, 1.0)
     assert table.cell(3, 1) == Cell(3, 1, 2.0, 0.375, 4.0, 1.0)
+    assert table.cell(2, 1) is table.cell(2, 1)  # made once: the planner asks several times a step
+    for bad in (True, 2.0, "2"):  # a width that hashes like a cached one is still refused
+        with pytest.raises(ValueError, match="is not a positive whole number"):
+            table.cell(bad, 1)
     assert table.cell(3, 0).draft_s == 0.0  # k = 0 stays a plain decode at every width
     # a catch-up cost per row interpolates too (1e-5 and 3e-5 s: 1.5e-5 at n = 2), and stays absent where it is
     caught = CostTable(key, [Cell(1, 0, 1.0, 0.0, 2.0, 0.0), Cell(1, 1, 1.0, 0.5, 2.0, 1.0, catchup_s=1e-5),

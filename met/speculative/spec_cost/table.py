@@ -93,6 +93,7 @@ class CostTable:
     meta: Mapping[str, object] = field(default_factory=dict)
     _index: dict[tuple[int, int], Cell] = field(init=False, repr=False, compare=False)
     _widths: tuple[int, ...] = field(init=False, repr=False, compare=False)  # the planner asks every step
+    _between: dict[tuple[int, int], Cell] = field(init=False, repr=False, compare=False)  # interpolated, made once
 
     def __post_init__(self) -> None:
         if not isinstance(self.key, TableKey):
@@ -119,6 +120,7 @@ class CostTable:
         object.__setattr__(self, "meta", MappingProxyType(fields.meta(self.meta)))
         object.__setattr__(self, "_index", {(c.n, c.k): c for c in self.cells})
         object.__setattr__(self, "_widths", tuple(sorted({c.n for c in self.cells})))
+        object.__setattr__(self, "_between", {})
 
     @property
     def widths(self) -> tuple[int, ...]:
@@ -141,6 +143,10 @@ class CostTable:
         The returned cell's n is the width asked for; an interpolated cell has no spreads.
         Example: widths 1 and 5 with verify_s 1.0 and 3.0 give verify_s 1.5 at n = 2.
         """
+        if type(n) is int and type(k) is int:  # the planner asks several times a step: measured, or made before
+            known = self._index.get((n, k)) or self._between.get((n, k))
+            if known is not None:
+                return known
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"width {n!r} is not a positive whole number")
         if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= self.kmax:
@@ -150,8 +156,15 @@ class CostTable:
         if i < len(widths) and widths[i] == n:
             return self._index[n, k]
         if i == 0 or i == len(widths):
-            return replace(self._index[widths[0 if i == 0 else -1], k], n=n)
-        lo, hi = self._index[widths[i - 1], k], self._index[widths[i], k]
+            made = replace(self._index[widths[0 if i == 0 else -1], k], n=n)
+        else:
+            made = self._interpolate(n, k, i)
+        self._between[n, k] = made
+        return made
+
+    def _interpolate(self, n: int, k: int, i: int) -> Cell:
+        """cell(n, k) between the measured widths widths[i - 1] < n < widths[i]."""
+        lo, hi = self._index[self._widths[i - 1], k], self._index[self._widths[i], k]
 
         def lerp(attr: str) -> float | None:
             a, b = getattr(lo, attr), getattr(hi, attr)
