@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from met.engine.identity import box_class
-from met.speculative.spec_cost import AcceptanceCalibration, CostTable, DrafterKey, SpecCostState
+from met.speculative.spec_cost import AcceptanceCalibration, CostTable, SpecCostState
 
 
 def best_us(call, calls: int) -> float:
@@ -39,8 +39,7 @@ def main() -> int:
     table = CostTable.parse(table_path.read_text())
     cal_path = table_path.with_name(table_path.name.removesuffix(".toml") + ".calibration.toml")
     calibration = AcceptanceCalibration.parse(cal_path.read_text())
-    drafter: DrafterKey = calibration.drafter
-    state = SpecCostState(table, calibration, 0.1, table.key, drafter)
+    state = SpecCostState(table, calibration, 0.1, table.key, calibration.drafter)
     lines = ["# The measured planner's arithmetic per call", "",
              f"Command: `python3 {' '.join(sys.argv)}`; table `{table_path}`; `{platform.platform()}`, "
              f"Python {platform.python_version()}; best of 5 rounds of {args.calls} calls.", "",

@@ -31,14 +31,13 @@ from met.bench import policies
 from met.engine.identity import box_class
 from met.engine.policy_base import PlainPolicy
 from met.engine.policy_mtp import MtpFixedPolicy
-from met.engine.runner import ModelRunner
+from met.engine.runner import CATCHUP_SHARED_ROWS, ModelRunner
 from met.model.corpus import heldout_code
 from met.model.recipes import embedded
 from met.model.tokenizer import encode
 from met.speculative.spec_capacity import DEFAULT_POOLS
 from met.speculative.spec_cost import CostTable
 
-CAUGHT_UP = 16  # rows behind: more is a prompt's catch-up (runner.CATCHUP_SHARED_ROWS)
 
 
 class _Behind:
@@ -68,7 +67,8 @@ def decompose(runner: ModelRunner, policy, model_id: str, prompts: list[list[int
     ticks, depths = [], Counter()
     for i, (step, rows) in enumerate(zip(steps, behind.rows, strict=True)):
         drafted = max(step.proposed) > 0
-        kind = "tail" if len(step.proposed) < width else "catch-up" if drafted and rows > CAUGHT_UP else "full"
+        caught_up = not drafted or rows <= CATCHUP_SHARED_ROWS  # more rows behind: a prompt's catch-up
+        kind = "tail" if len(step.proposed) < width else "full" if caught_up else "catch-up"
         parts[kind][0] += step.step_s
         parts[kind][1] += 1
         if kind == "full" and i + 1 < len(steps):

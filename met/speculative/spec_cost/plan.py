@@ -93,12 +93,11 @@ def estimate_depths(table: CostTable, calibration: AcceptanceCalibration, width:
     befores = previous if previous is not None else [None] * width
     # Each sequence emits its accepted drafts plus the one bonus token; k = 0 emits exactly 1.
     tokens_at = [float(width)] * (deepest + 1)
-    per_seq = []  # each sequence's expected emitted tokens at every depth
+    per_seq = []  # each sequence's expected accepted drafts at every depth
     for chain, before in zip(chains, befores):
-        emitted = [1.0 + a for a in calibration.expected_accepted_by_depth(chain, deepest, before)]
-        per_seq.append(emitted)
-        for k, e in enumerate(emitted):
-            tokens_at[k] += e - 1.0
+        per_seq.append(calibration.expected_accepted_by_depth(chain, deepest, before))
+        for k, accepted in enumerate(per_seq[-1]):
+            tokens_at[k] += accepted
     spent = table.cell(width, drafted)
     priced = drafted == 0 and behind is not None and remaining is not None
     estimates = []
@@ -107,7 +106,7 @@ def estimate_depths(table: CostTable, calibration: AcceptanceCalibration, width:
         drafts = cell if k >= drafted else spent
         wall = cell.verify_s + drafts.draft_s
         if priced and k and cell.catchup_s:
-            wall += _catch_up_share(cell.catchup_s, width, behind, remaining, [e[k] for e in per_seq], k)
+            wall += _catch_up_share(cell.catchup_s, width, behind, remaining, [1.0 + a[k] for a in per_seq], k)
         energy = None if cell.verify_j is None else cell.verify_j + drafts.draft_j
         estimates.append(DepthEstimate(k, tokens, wall, energy, tokens / wall,
                                        None if energy is None else tokens / energy))
