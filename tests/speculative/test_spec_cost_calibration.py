@@ -229,6 +229,23 @@ def test_expected_accepted_by_depth_reads_the_carryover_past_the_chain():
     assert cal.expected_accepted_by_depth([], 2, None) == cal.expected_accepted_by_depth([], 2)
 
 
+
+@given(outcome_rows(), st.lists(st.tuples(st.sampled_from([LOW, HIGH, None]) | confidences, st.integers(0, 6)),
+                                min_size=1, max_size=8), st.lists(confidences, max_size=3))
+def test_expected_accepted_by_depth_is_running_products_of_bins_and_carryover_whatever_was_asked_before(
+        rows, asks, chain):
+    # The carry-over's rates are kept per bin and depth after the first ask: every later answer
+    # (another previous, in the same bin or not, another depth) is still the running products.
+    cal = AcceptanceCalibration.fit(carried(HIGH, [90, 80]) + carried(LOW, [50, 20]) + rows, MTP)
+    for previous, depth in asks + asks[::-1]:
+        totals, total, running = [0.0], 0.0, 1.0
+        for position in range(1, depth + 1):
+            known = position <= len(chain)
+            running *= cal.p_accept(chain[position - 1], position) if known else cal.p_carried(previous, position)
+            total += running
+            totals.append(total)
+        assert cal.expected_accepted_by_depth(chain, depth, previous) == totals
+
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [

@@ -115,6 +115,7 @@ class AcceptanceCalibration:
     _uppers: list[float] = field(init=False, repr=False, compare=False)  # the bins' uppers, for bisect
     _positions: list[int] = field(init=False, repr=False, compare=False)  # the priors' positions, for bisect
     _carry_uppers: list[float] = field(init=False, repr=False, compare=False)  # the carry-over bins' uppers
+    _carried: dict[tuple[int, int], tuple[float, ...]] = field(init=False, repr=False, compare=False)  # made once
 
     def __post_init__(self) -> None:
         if not isinstance(self.drafter, DrafterKey):
@@ -147,6 +148,7 @@ class AcceptanceCalibration:
         object.__setattr__(self, "_uppers", [b.upper for b in bins])
         object.__setattr__(self, "_positions", [p.position for p in priors])
         object.__setattr__(self, "_carry_uppers", [c.upper for c in carry])
+        object.__setattr__(self, "_carried", {})
 
     @classmethod
     def fit(cls, outcomes: Iterable[tuple], drafter: DrafterKey, meta: Mapping[str, object] | None = None) -> Self:
@@ -194,13 +196,31 @@ class AcceptanceCalibration:
         The carry-over's rate where it has one; else (no previous draft, no carry-over, or a
         position past its bin's) the position's prior.
         """
-        if previous is not None and self.carryover:
-            if not previous <= ROUNDING:
-                raise ValueError(f"previous confidence {previous!r} is not a log-probability (<= 0)")
-            rates = self.carryover[min(bisect_left(self._carry_uppers, previous), len(self.carryover) - 1)].p_accept
-            if position <= len(rates):
-                return rates[position - 1]
+        index = self._carry_index(previous)
+        if index >= 0 and position <= len(rates := self.carryover[index].p_accept):
+            return rates[position - 1]
         return self.p_accept(None, position)
+
+    def _carry_index(self, previous: float | None) -> int:
+        """The carry-over bin a previous first draft's log-prob falls in; -1 where none applies (the priors do)."""
+        if previous is None or not self.carryover:
+            return -1
+        if not previous <= ROUNDING:  # also refuses NaN
+            raise ValueError(f"previous confidence {previous!r} is not a log-probability (<= 0)")
+        return min(bisect_left(self._carry_uppers, previous), len(self.carryover) - 1)
+
+    def _carried_rates(self, previous: float | None, depth: int) -> tuple[float, ...]:
+        """p_carried(previous, j) for j in 1..=depth, made once per carry-over bin and depth.
+
+        The planner asks on every plan of every step (at depths up to its kmax); the answer depends
+        only on the bin `previous` falls in, so it is kept: a few floats per bin and depth asked.
+        """
+        index = self._carry_index(previous)
+        rates = self._carried.get((index, depth))
+        if rates is None:
+            rates = tuple(self.p_carried(previous, j) for j in range(1, depth + 1))
+            self._carried[index, depth] = rates
+        return rates
 
     def expected_accepted(self, chain: Sequence[float | None]) -> float:
         """Expected accepted drafts of a chain (its drafts' confidences in order): the sum of running products."""
@@ -214,12 +234,11 @@ class AcceptanceCalibration:
         previous step's first-draft log-prob; None: none) applies, which is the position priors
         when it is None. Example: priors 0.5 everywhere and no confidences give [0, 0.5, 0.75] at depth 2.
         """
+        known = len(chain)
+        carried = self._carried_rates(previous, depth) if depth > known else ()
         totals, total, running = [0.0], 0.0, 1.0
-        for position in range(1, depth + 1):
-            if position <= len(chain):
-                running *= self.p_accept(chain[position - 1], position)
-            else:
-                running *= self.p_carried(previous, position)
+        for j in range(depth):
+            running *= self.p_accept(chain[j], j + 1) if j < known else carried[j]
             total += running
             totals.append(total)
         return totals

@@ -28,14 +28,15 @@ choice above it drafts on.
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from met.speculative.spec_cost.calibration import AcceptanceCalibration
 from met.speculative.spec_cost.table import CostTable
 
 
-@dataclass(frozen=True, slots=True)
-class DepthEstimate:
+# Records of the planner are tuples (NamedTuple): a plan makes one per depth and the scheduler's
+# thread plans several times a step, where a frozen dataclass costs about 1 us more to build.
+class DepthEstimate(NamedTuple):
     """What one step at depth k is expected to deliver at a width (tokens count every sequence, bonus included)."""
 
     k: int
@@ -46,9 +47,8 @@ class DepthEstimate:
     tokens_per_j: float | None
 
 
-@dataclass(frozen=True, slots=True)
-class PlanDecision:
-    """The planner's choice of depth k, the figures it was chosen on, and a short reason."""
+class PlanDecision(NamedTuple):
+    """The planner's choice of depth k, the figures it was chosen on, and the depth with the most tokens/s."""
 
     k: int
     expected_tokens: float
@@ -56,7 +56,18 @@ class PlanDecision:
     energy_j: float | None
     tokens_per_s: float
     tokens_per_j: float | None
-    why: str
+    fastest: DepthEstimate
+    slack: float
+
+    @property
+    def why(self) -> str:
+        """A short reason (written when asked: plans made while drafting are never shown)."""
+        best = self.fastest
+        if self.tokens_per_j is None:
+            return f"k={self.k}: the most tokens/s ({self.tokens_per_s:.4g}); no energy source, so tokens/s alone"
+        floor = (1.0 - self.slack) * best.tokens_per_s
+        return (f"k={self.k}: the most tokens/J ({self.tokens_per_j:.4g}) at >= {floor:.4g} tok/s "
+                f"(best {best.tokens_per_s:.4g} at k={best.k}, slack {self.slack:g})")
 
 
 def estimate_depths(table: CostTable, calibration: AcceptanceCalibration, width: int,
@@ -99,13 +110,14 @@ def estimate_depths(table: CostTable, calibration: AcceptanceCalibration, width:
         for k, accepted in enumerate(per_seq[-1]):
             tokens_at[k] += accepted
     spent = table.cell(width, drafted)
-    priced = drafted == 0 and behind is not None and remaining is not None
+    # the most rows any sequence is behind, when this plan prices catch-ups (k + 1 rows cost nothing extra)
+    furthest = max(behind) if drafted == 0 and behind is not None and remaining is not None else 0
     estimates = []
     for k, tokens in enumerate(tokens_at):
         cell = table.cell(width, k)
         drafts = cell if k >= drafted else spent
         wall = cell.verify_s + drafts.draft_s
-        if priced and k and cell.catchup_s:
+        if furthest > k + 1 and k and cell.catchup_s:
             wall += _catch_up_share(cell.catchup_s, width, behind, remaining, [1.0 + a[k] for a in per_seq], k)
         energy = None if cell.verify_j is None else cell.verify_j + drafts.draft_j
         estimates.append(DepthEstimate(k, tokens, wall, energy, tokens / wall,
@@ -125,18 +137,14 @@ def choose(estimates: Sequence[DepthEstimate], slack: float) -> PlanDecision:
     for e in estimates[1:]:
         if e.tokens_per_s > fastest.tokens_per_s:
             fastest = e
-    if fastest.tokens_per_j is None:
-        why = f"k={fastest.k}: the most tokens/s ({fastest.tokens_per_s:.4g}); no energy source, so tokens/s alone"
-        return _decision(fastest, why)
-    floor = (1.0 - slack) * fastest.tokens_per_s
     chosen = fastest
-    for e in estimates:  # rising k: the first of equals wins
-        if e.tokens_per_s >= floor and (e.tokens_per_j > chosen.tokens_per_j
-                                        or (e.tokens_per_j == chosen.tokens_per_j and e.k < chosen.k)):
-            chosen = e
-    why = (f"k={chosen.k}: the most tokens/J ({chosen.tokens_per_j:.4g}) at >= {floor:.4g} tok/s "
-           f"(best {fastest.tokens_per_s:.4g} at k={fastest.k}, slack {slack:g})")
-    return _decision(chosen, why)
+    if fastest.tokens_per_j is not None:
+        floor = (1.0 - slack) * fastest.tokens_per_s
+        for e in estimates:  # rising k: the first of equals wins
+            if e.tokens_per_s >= floor and (e.tokens_per_j > chosen.tokens_per_j
+                                            or (e.tokens_per_j == chosen.tokens_per_j and e.k < chosen.k)):
+                chosen = e
+    return PlanDecision(*chosen, fastest, slack)
 
 
 def plan_depth(table: CostTable, calibration: AcceptanceCalibration, width: int,
@@ -167,7 +175,3 @@ def _catch_up_share(catchup_s: float, width: int, behind: Sequence[int], remaini
         if extra > 0:
             share += catchup_s * extra / width / max(1.0, left / tokens)
     return share
-
-
-def _decision(e: DepthEstimate, why: str) -> PlanDecision:
-    return PlanDecision(e.k, e.expected_tokens, e.wall_s, e.energy_j, e.tokens_per_s, e.tokens_per_j, why)
