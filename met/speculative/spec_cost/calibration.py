@@ -196,12 +196,12 @@ class AcceptanceCalibration:
         The carry-over's rate where it has one; else (no previous draft, no carry-over, or a
         position past its bin's) the position's prior.
         """
-        index = self._carry_index(previous)
+        index = self.carry_index(previous)
         if index >= 0 and position <= len(rates := self.carryover[index].p_accept):
             return rates[position - 1]
         return self.p_accept(None, position)
 
-    def _carry_index(self, previous: float | None) -> int:
+    def carry_index(self, previous: float | None) -> int:
         """The carry-over bin a previous first draft's log-prob falls in; -1 where none applies (the priors do)."""
         if previous is None or not self.carryover:
             return -1
@@ -215,7 +215,7 @@ class AcceptanceCalibration:
         The planner asks on every plan of every step (at depths up to its kmax); the answer depends
         only on the bin `previous` falls in, so it is kept: a few floats per bin and depth asked.
         """
-        index = self._carry_index(previous)
+        index = self.carry_index(previous)
         rates = self._carried.get((index, depth))
         if rates is None:
             rates = tuple(self.p_carried(previous, j) for j in range(1, depth + 1))
