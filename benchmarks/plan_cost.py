@@ -4,17 +4,31 @@ The planner runs in Python on the scheduler's thread: a first plan before each s
 step's draft + verify seconds) and a replan after each MTP pass but the last (inside the draft).
 This times both with SpecCostState.plan at widths 1, 4 and 16, every sequence with a previous
 first draft, caught up, 100 tokens left: the best of 5 rounds of --calls calls, in microseconds.
+Called again and again like that, the planner runs with warm caches; in the scheduler's loop each
+call follows a model forward. So it then runs `met bench policies`' workload at concurrency 1
+(its 16 held-out prompts x 128 tokens, the measured policy, --loop-runs runs after a warm-up) and
+times every plan the policy makes there: the mean per call, and calls per drafting step.
 
     python3 benchmarks/plan_cost.py   # prints a markdown table; --out FILE also writes it
 """
 
 import argparse
+import os
 import platform
 import sys
 import time
 from pathlib import Path
 
+import torch
+
+from met.bench import policies as pol
+from met.bench.policies_cli import PROMPT_BYTES, PROMPT_OFFSET
 from met.engine.identity import box_class
+from met.engine.runner import ModelRunner
+from met.model.corpus import heldout_code
+from met.model.recipes import embedded
+from met.model.tokenizer import encode
+from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 from met.speculative.spec_cost import AcceptanceCalibration, CostTable, SpecCostState
 
 
@@ -29,10 +43,46 @@ def best_us(call, calls: int) -> float:
     return best
 
 
+class _Timed:
+    """A SpecCostState as the measured policy uses it, timing each plan."""
+
+    def __init__(self, state: SpecCostState) -> None:
+        self.state, self.table = state, state.table
+        self.calls, self.seconds = 0, 0.0
+
+    def plan(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return self.state.plan(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - start
+            self.calls += 1
+
+
+def in_loop(state: SpecCostState, runs: int) -> tuple[float, float, float]:
+    """Mean microseconds per plan, plans per step and the share of steps that drafted: the measured policy at c = 1."""
+    torch.set_num_threads(1)
+    recipe = embedded("met-tiny-py")
+    model = recipe.load(torch.float32, "cpu")
+    prompts = [tuple(encode(t)) for t in heldout_code(16, PROMPT_OFFSET, PROMPT_BYTES)]
+    timed = _Timed(state)
+    factory = pol.policy_factories(["measured"], recipe.config.mtp_depth, VerifyPools(DEFAULT_POOLS.tiers), timed,
+                                   os.environ)["measured"]
+    runner = ModelRunner(model, 1)
+    pol.run_once(runner, factory(), recipe.id, prompts[:1], 32)  # warm-up
+    timed.calls, timed.seconds, steps, drafting = 0, 0.0, 0, 0
+    for _ in range(runs):
+        _, _, recorder, _ = pol.run_once(runner, factory(), recipe.id, prompts, 128)
+        steps += sum(recorder.shapes.values())
+        drafting += sum(n for (_, _, k), n in recorder.shapes.items() if k)
+    return timed.seconds / timed.calls * 1e6, timed.calls / steps, drafting / steps
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--table", type=Path, help="default: tables/<this box's class>/met-tiny-py.toml")
     ap.add_argument("--calls", type=int, default=5000)
+    ap.add_argument("--loop-runs", type=int, default=2, help="runs of the policies workload (0: skip)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     table_path = args.table or Path("tables") / box_class("cpu", threads=1) / "met-tiny-py.toml"
@@ -50,6 +100,11 @@ def main() -> int:
                                            remaining=left), args.calls)
         again = best_us(lambda: state.plan(width, [[-0.3]] * width, table.kmax, 1, previous), args.calls)
         lines.append(f"| {width} | {first:.1f} | {again:.1f} |")
+    if args.loop_runs > 0:
+        per_call, per_step, drafted = in_loop(state, args.loop_runs)
+        lines += ["", f"In the scheduler's loop (`met bench policies`' 16 prompts x 128 tokens at concurrency 1, the "
+                  f"measured policy, {args.loop_runs} runs): {per_call:.1f} us per plan, first plans and replans "
+                  f"together; {per_step:.2f} plans per step, {drafted:.0%} of the steps drafting."]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
