@@ -33,22 +33,24 @@ from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 from met.speculative.spec_cost import AcceptanceCalibration
 
 
-class _Previous(pol._Recorder):
-    """The policies benchmark's recorder, also noting each full-depth sequence-step's previous first draft."""
+class _Previous:
+    """Passes every call to the policy it wraps; notes each full-depth sequence-step and its previous first draft."""
 
     def __init__(self, policy, depth: int) -> None:
-        super().__init__(policy)
-        self.depth = depth
+        self.policy, self.name, self.depth = policy, policy.name, depth
         self.rows: list[tuple[float | None, int]] = []  # (previous first-draft log-prob, drafts accepted)
         self._previous: list[float | None] = []
 
     def plan(self, runner, seqs):
         self._previous = [s.confidences[0] if s.confidences else None for s in seqs]
-        return super().plan(runner, seqs)
+        return self.policy.plan(runner, seqs)
 
-    def observe(self, plan, outcomes, seconds):
-        super().observe(plan, outcomes, seconds)
+    def draft(self, runner, seqs, plan):
+        return self.policy.draft(runner, seqs, plan)
+
+    def observe(self, plan, outcomes, seconds) -> None:
         self.rows += [(p, o.accepted) for p, o in zip(self._previous, outcomes) if o.proposed == self.depth]
+        self.policy.observe(plan, outcomes, seconds)
 
 
 def main() -> int:
@@ -71,7 +73,7 @@ def main() -> int:
                                    None, os.environ)[f"fixed-{args.depth}"]
     runner = ModelRunner(model, args.concurrency)
     recorder = _Previous(factory(), args.depth)
-    pol.run_once(runner, recorder, recipe.id, prompts, args.max_tokens)  # run_once wraps it in its own recorder
+    pol.run_once(runner, recorder, recipe.id, prompts, args.max_tokens)
     rows = recorder.rows
     groups: dict[int, list[tuple[float | None, int]]] = {}
     for previous, accepted in rows:
