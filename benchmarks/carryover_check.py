@@ -23,12 +23,9 @@ from pathlib import Path
 import torch
 
 from met.bench import policies as pol
-from met.bench.policies_cli import PROMPT_BYTES, PROMPT_OFFSET
 from met.engine.identity import box_class
 from met.engine.runner import ModelRunner
-from met.model.corpus import heldout_code
 from met.model.recipes import embedded
-from met.model.tokenizer import encode
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 from met.speculative.spec_cost import AcceptanceCalibration
 
@@ -68,7 +65,7 @@ def main() -> int:
     calibration = AcceptanceCalibration.parse(path.read_text())
     recipe = embedded("met-tiny-py")
     model = recipe.load(torch.float32, "cpu")
-    prompts = [tuple(encode(t)) for t in heldout_code(args.prompts, PROMPT_OFFSET, PROMPT_BYTES)]
+    prompts = pol.heldout_workload_prompts(args.prompts)
     factory = pol.policy_factories([f"fixed-{args.depth}"], recipe.config.mtp_depth, VerifyPools(DEFAULT_POOLS.tiers),
                                    None, os.environ)[f"fixed-{args.depth}"]
     runner = ModelRunner(model, args.concurrency)

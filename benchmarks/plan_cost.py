@@ -7,7 +7,7 @@ first draft, caught up, 100 tokens left: the best of 5 rounds of --calls calls, 
 Called again and again like that, the planner runs with warm caches; in the scheduler's loop each
 call follows a model forward. So it then runs `met bench policies`' workload at concurrency 1
 (its 16 held-out prompts x 128 tokens, the measured policy, --loop-runs runs after a warm-up) and
-times every plan the policy makes there: the mean per call, and calls per drafting step.
+times every plan the policy makes there: the mean per call, and plans per step.
 
     python3 benchmarks/plan_cost.py   # prints a markdown table; --out FILE also writes it
 """
@@ -22,12 +22,9 @@ from pathlib import Path
 import torch
 
 from met.bench import policies as pol
-from met.bench.policies_cli import PROMPT_BYTES, PROMPT_OFFSET
 from met.engine.identity import box_class
 from met.engine.runner import ModelRunner
-from met.model.corpus import heldout_code
 from met.model.recipes import embedded
-from met.model.tokenizer import encode
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 from met.speculative.spec_cost import AcceptanceCalibration, CostTable, SpecCostState
 
@@ -64,7 +61,7 @@ def in_loop(state: SpecCostState, runs: int) -> tuple[float, float, float]:
     torch.set_num_threads(1)
     recipe = embedded("met-tiny-py")
     model = recipe.load(torch.float32, "cpu")
-    prompts = [tuple(encode(t)) for t in heldout_code(16, PROMPT_OFFSET, PROMPT_BYTES)]
+    prompts = pol.heldout_workload_prompts(16)
     timed = _Timed(state)
     factory = pol.policy_factories(["measured"], recipe.config.mtp_depth, VerifyPools(DEFAULT_POOLS.tiers), timed,
                                    os.environ)["measured"]

@@ -32,9 +32,7 @@ from met.engine.identity import box_class
 from met.engine.policy_base import PlainPolicy
 from met.engine.policy_mtp import MtpFixedPolicy
 from met.engine.runner import CATCHUP_SHARED_ROWS, ModelRunner
-from met.model.corpus import heldout_code
 from met.model.recipes import embedded
-from met.model.tokenizer import encode
 from met.speculative.spec_capacity import DEFAULT_POOLS
 from met.speculative.spec_cost import CostTable
 
@@ -57,7 +55,7 @@ class _Behind:
         self.policy.observe(plan, outcomes, seconds)
 
 
-def decompose(runner: ModelRunner, policy, model_id: str, prompts: list[list[int]], tokens: int) -> dict:
+def decompose(runner: ModelRunner, policy, model_id: str, prompts: list[tuple[int, ...]], tokens: int) -> dict:
     """One run: seconds and steps of its full, catch-up and tail steps; the full steps' median tick."""
     width = runner.cache.max_batch
     behind = _Behind(policy)
@@ -92,7 +90,7 @@ def main() -> int:
     model = recipe.load()
     table_path = args.table or Path("tables") / box_class("cpu", threads=1) / f"{recipe.name}.toml"
     table = CostTable.parse(table_path.read_text())
-    prompts = [encode(t) for t in heldout_code(args.prompts, 1024, 256)]
+    prompts = policies.heldout_workload_prompts(args.prompts)
     configs = {"off": lambda: PlainPolicy(), "fixed-1": lambda: MtpFixedPolicy(1, 4, DEFAULT_POOLS),
                "fixed-3": lambda: MtpFixedPolicy(3, 4, DEFAULT_POOLS)}
     results: dict = {}
@@ -105,7 +103,8 @@ def main() -> int:
                 results.setdefault((c, name), []).append(decompose(runner, make(), recipe.id, prompts, args.max_tokens))
     lines = ["# Step time of a policies run, by kind of step, against the cost table", "",
              f"Command: `python3 {' '.join(sys.argv)}`; table `{table_path}`; `{platform.platform()}`, torch "
-             f"{torch.__version__}, 1 thread; {args.prompts} held-out prompts (256 bytes from byte 1024), "
+             f"{torch.__version__}, 1 thread; {args.prompts} held-out prompts ({policies.PROMPT_BYTES} bytes from byte "
+             f"{policies.PROMPT_OFFSET}), "
              f"{args.max_tokens} tokens each, {args.repeats} repeats, medians.", "",
              "| concurrency | policy | step s | full: steps, s | table cell ms (its depth) | full tick ms | "
              "catch-up: steps, s | tail: steps, s | tail share of step s |",

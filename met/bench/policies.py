@@ -24,7 +24,8 @@ from met.engine.policy_mtp import MtpFixedPolicy, MtpLadderPolicy, MtpPlannedPol
 from met.engine.requests import Delta, Event, Failed, Finished, Request, SeqState
 from met.engine.runner import Draft, ModelRunner
 from met.engine.scheduler import Scheduler
-from met.model.tokenizer import BYTES, Tokenizer
+from met.model.corpus import heldout_code
+from met.model.tokenizer import BYTES, Tokenizer, encode
 from met.model.transformer import Transformer
 from met.speculative.spec_capacity import VerifyPools
 from met.speculative.spec_cost import SpecCostState
@@ -33,9 +34,16 @@ FIXED_DEPTHS = (1, 2, 3, 4)
 POLICIES = ("off", *(f"fixed-{k}" for k in FIXED_DEPTHS), "static", "prompt-lookup", "measured")
 LOOKUP_DEPTH = 4  # prompt lookup's most drafts per step: the serve's --lookup-depth default
 WARMUP_TOKENS = 8  # tokens per request of the warm-up run (enough for every step kind to run)
+PROMPT_OFFSET, PROMPT_BYTES = 1024, 256  # from byte 1024 of each held-out file: the calibration saw the openings
 
 PolicyFactory = Callable[[], Policy]  # a fresh policy (fresh gate, rung, windows) for each run
 Progress = Callable[[int, int, str], None]  # (runs done, runs in all, the last run's label)
+
+
+def heldout_workload_prompts(count: int) -> list[tuple[int, ...]]:
+    """The workload's prompts: up to `count` held-out code files, PROMPT_BYTES from the first line start after
+    PROMPT_OFFSET, as byte tokens (fewer where fewer files are long enough)."""
+    return [tuple(encode(t)) for t in heldout_code(count, PROMPT_OFFSET, PROMPT_BYTES)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,13 +28,10 @@ from met.bench.progress import Reporter
 from met.bench.spec_cost_cli import EX_USAGE, parse_widths
 from met.engine.identity import RunSettings, apply_threads, box_class, default_device, default_dtype, device_name
 from met.exit_codes import EX_CANTCREAT, EX_NOINPUT, EX_OK, EX_SOFTWARE
-from met.model.corpus import heldout_code
 from met.model.recipes import DEFAULT_RECIPE, RecipeError, embedded
-from met.model.tokenizer import encode
 from met.serve.boot import BootError, MeasuredBoot, boot_measured, default_calibration, default_table
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 
-PROMPT_OFFSET, PROMPT_BYTES = 1024, 256  # from byte 1024 of each held-out file: the calibration saw the openings
 DEFAULTS = {"prompts": 16, "max_tokens": 128, "repeats": 3, "concurrency": "1,4,16"}
 QUICK = {"prompts": 4, "max_tokens": 16, "repeats": 1, "concurrency": "1,2,4"}
 OUT_NAMES = ("policies.json", "policies.md", "policies.png")
@@ -135,13 +132,13 @@ def policies(
     except RecipeError as exc:
         raise _fail(EX_NOINPUT, f"error: {exc}") from None
     count = prompts or base["prompts"]
-    texts = heldout_code(count, PROMPT_OFFSET, PROMPT_BYTES)
-    if not texts:
+    heldout = pol.heldout_workload_prompts(count)
+    if not heldout:
         raise _fail(EX_NOINPUT, "error: the model card's corpus has no held-out files here long enough for prompts")
-    if len(texts) < count:
-        raise _fail(EX_USAGE, f"error: only {len(texts)} held-out code prompts are available here; "
-                    f"pass --prompts {len(texts)} or fewer")
-    longest = max(len(encode(t)) for t in texts)
+    if len(heldout) < count:
+        raise _fail(EX_USAGE, f"error: only {len(heldout)} held-out code prompts are available here; "
+                    f"pass --prompts {len(heldout)} or fewer")
+    longest = max(len(p) for p in heldout)
     if longest + 1 > model_recipe.config.max_seq_len:
         raise _fail(EX_USAGE, f"error: a prompt of {longest} tokens does not fit the context of "
                     f"{model_recipe.config.max_seq_len} of recipe {model_recipe.name}")
@@ -158,7 +155,7 @@ def policies(
     pools = VerifyPools(DEFAULT_POOLS.tiers, lift_wide_tier=lift_wide_tier)
     try:
         factories = pol.policy_factories(names, model_recipe.config.mtp_depth, pools, cost_state, os.environ)
-        workload = pol.Workload(tuple(tuple(encode(t)) for t in texts), max_tokens or base["max_tokens"],
+        workload = pol.Workload(tuple(heldout), max_tokens or base["max_tokens"],
                                 concurrencies, repeats or base["repeats"])
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
@@ -166,7 +163,7 @@ def policies(
     load = os.getloadavg()
     with Reporter(quiet) as reporter:
         reporter.say(f"running {len(names)} policies x concurrency {','.join(map(str, concurrencies))} x "
-                     f"{workload.repeats} repeats: {len(texts)} prompts of {workload.max_tokens} tokens, "
+                     f"{workload.repeats} repeats: {len(heldout)} prompts of {workload.max_tokens} tokens, "
                      f"{model_recipe.id} on {settings.device} ({settings.dtype}, {settings.threads} threads)")
         runs = pol.run_all(model, model_recipe.id, factories, workload,
                            lambda done, total, label: reporter.step("runs", done, total, label))
@@ -186,10 +183,10 @@ def policies(
         "calibration": str(calibration or default_calibration(table_path)) if table_path else None,
         "energy_source": cost_state.table.key.energy_source if cost_state else None,
         "slack": slack, "pools": f"{pools.tiers}, lift_wide_tier={pools.lift_wide_tier}",
-        "workload": {"prompts": len(texts), "max_tokens": workload.max_tokens,
+        "workload": {"prompts": len(heldout), "max_tokens": workload.max_tokens,
                      "concurrencies": list(concurrencies), "repeats": workload.repeats, "policies": names,
-                     "prompt_source": f"held-out stdlib files, {PROMPT_BYTES} bytes from the first line start "
-                                      f"after byte {PROMPT_OFFSET}"},
+                     "prompt_source": f"held-out stdlib files, {pol.PROMPT_BYTES} bytes from the first line start "
+                                      f"after byte {pol.PROMPT_OFFSET}"},
     }
     report = markdown(meta, rows, results, problems)
     _write(out_dir, meta, report, document(meta, rows, results, runs, problems), rows)

@@ -157,7 +157,7 @@ def cli_env(monkeypatch, tmp_path, micro_recipe):
     monkeypatch.setattr(policies_cli, "embedded", lambda name: micro_recipe)
     texts = ["def f(x):\n    return x + 1\n", "import os\nprint(os.getcwd())\n", "class A:\n    pass\n",
              "for i in range(3):\n    print(i)\n"]
-    monkeypatch.setattr(policies_cli, "heldout_code", lambda count, offset, size: texts[:count])
+    monkeypatch.setattr(pol, "heldout_code", lambda count, offset, size: texts[:count])
     settings = RunSettings("float64", "cpu", torch.get_num_threads())
     key = serve_table_key(micro_recipe.id, micro_recipe.config, settings, "none", MODES, BOX)
     table = tmp_path / "t.toml"

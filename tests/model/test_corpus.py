@@ -2,7 +2,8 @@
 
 import pytest
 
-from met.bench.policies_cli import DEFAULTS, PROMPT_BYTES, PROMPT_OFFSET
+from met.bench.policies import PROMPT_BYTES, PROMPT_OFFSET
+from met.bench.policies_cli import DEFAULTS
 from met.model.corpus import (CALIBRATION_START, CALIBRATION_STRIDE, calibration_windows, heldout_code,
                               is_heldout)
 
