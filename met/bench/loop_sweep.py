@@ -12,8 +12,12 @@ acceptance bookkeeping, streaming, the snapshot). Plain decode takes more steps 
 leaving that work out priced it too cheaply against speculation. Steps narrower than n (a
 request ended early), drafting fewer than k (KV room), among the first SKIP_STEPS of a run (the
 prompt's MTP catch-up), or the last of a run (no next tick to end it) are not counted; a run's
-figure is the median of its counted steps. The catch-up is measured on its own: a run's first
-step drafts after the prompt, so its draft beyond the run's median draft, over the prompt's rows,
+figure is the mean of its counted steps: a decode pays its total time, slow steps included. At
+width 1 on the development box plain decode's slow steps came per step, not per second of work (a
+run's mean step 7% over its median, a drafting run's 1-3%: benchmarks/step_statistic.py), so a
+run's median step priced plain decode 4-6% low against every depth. The catch-up is measured on
+its own: a run's first step drafts after the prompt, so its draft beyond the run's median draft
+(a typical draft: the median, so one slow draft does not hide it), over the prompt's rows,
 is the cell's catchup_s (the median over repeats), which the planner prices for sequences whose
 MTP block is far behind.
 Runs go as the window sweep's windows do (each repeat, the widths shuffled and a width's cells
@@ -64,6 +68,11 @@ def catch_up_per_row(steps: Sequence[StepRecord], counted: Sequence[tuple[float,
     if len(first.proposed) != width or any(p != depth for p in first.proposed):
         return None
     return max(first.draft_s - statistics.median(d for d, _ in counted), 0.0) / rows
+
+
+def run_figures(steps: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """A run's (draft, verify) figures: the mean of its counted steps' (a mean, not a median: the module's docstring)."""
+    return statistics.fmean(d for d, _ in steps), statistics.fmean(v for _, v in steps)
 
 
 class CellRun(NamedTuple):
@@ -125,24 +134,25 @@ def measure_in_loop(model: Transformer, model_id: str, prompts: Sequence[Sequenc
                 raise NothingTimed(f"the decode at width {n}, depth {k} ran no full step to time "
                                    "(its requests ended at once)")
             counted[n, k] = counted.get((n, k), 0) + len(steps)
-            windows[Task(n, k, "verify")].append(statistics.median(v for _, v in steps))
+            draft, verify = run_figures(steps)
+            windows[Task(n, k, "verify")].append(verify)
             if k:
-                windows[Task(n, k, "draft")].append(statistics.median(d for d, _ in steps))
+                windows[Task(n, k, "draft")].append(draft)
             done += 1
             on_run(done, total, f"repeat {repeat + 1}/{params.repeats} n={n} k={k}")
     figures = paired_seconds(windows)
     cells = tuple(_cell(n, k, windows, figures, catchups.get((n, k))) for n in params.widths for k in depths)
     meta = {"method": f"in-loop: each cell a decode of {LOOP_TOKENS} tokens per request through the scheduler "
-                      f"at that width and fixed depth, the median of its full steps (the first {SKIP_STEPS} "
+                      f"at that width and fixed depth, the mean of its full steps (the first {SKIP_STEPS} "
                       "and the last not counted); verify_s is the rest of the scheduler's tick after the draft; "
                       "catchup_s: the first step's draft beyond the median draft, per prompt row, median over repeats",
             "context_len": longest, "repeats": params.repeats,
             "steps_counted_min": min(counted.values()), "steps_counted_max": max(counted.values()),
             "cell_order": f"per repeat, widths shuffled, each width's depths back to back, shuffled "
                           f"(seed {params.seed})",
-            "figure": "median over repeats of each run's median step over the geometric mean of its width's runs "
+            "figure": "median over repeats of each run's mean step over the geometric mean of its width's runs "
                       "that repeat, times the median of those means",
-            "spread": "interquartile range of the runs' medians over repeats, same unit"}
+            "spread": "interquartile range of the runs' means over repeats, same unit"}
     return SweepResult(cells, meta)
 
 

@@ -137,7 +137,7 @@ def spec_cost(
 
     Without an energy source (--energy none, or auto where none works) the cells are timed inside
     running decodes: per cell, held-out prompts (in the model's own tokenizer) through the
-    scheduler at that width drafting k every step, the median of its full steps, each step's
+    scheduler at that width drafting k every step, the mean of its full steps, each step's
     verify time the rest of its scheduler tick (a step timed alone, again and again, runs with
     caches warm for it: on a CPU that priced draft steps 10-30% low). With energy, for DFlash, for
     a checkpoint folder without tokenizer.json, and where a decode ends before a step can be

@@ -2,7 +2,8 @@
 
 import pytest
 
-from met.bench.loop_sweep import SKIP_STEPS, catch_up_per_row, counted_steps, measure_in_loop, run_cell
+from met.bench.loop_sweep import (SKIP_STEPS, catch_up_per_row, counted_steps, measure_in_loop, run_cell,
+                                  run_figures)
 from met.bench.policies import StepRecord
 from met.bench.sweep import SweepParams
 from met.engine.runner import ModelRunner
@@ -42,6 +43,11 @@ def test_a_decode_at_depth_k_drafts_k_for_every_sequence(micro):
     run = run_cell(ModelRunner(micro, 2, 80), "micro@t", prompts(2), 2, tokens=24)
     assert run.steps and all(d > 0 and v > 0 for d, v in run.steps) and run.catchup_s is not None
     assert run_cell(ModelRunner(micro, 2, 80), "micro@t", prompts(2), 0, tokens=24).catchup_s is None
+
+
+def test_a_runs_figures_are_the_means_of_its_counted_steps_slow_steps_included():
+    # (draft, rest of the tick) per step; one slow verify: the median would say 2 ms, the run paid 4 ms a step
+    assert run_figures([(0.001, 0.002), (0.001, 0.002), (0.004, 0.008)]) == pytest.approx((0.002, 0.004))
 
 
 def test_the_catch_up_is_the_first_drafts_excess_over_the_median_draft_per_prompt_row():
