@@ -115,7 +115,7 @@ class AcceptanceCalibration:
     _uppers: list[float] = field(init=False, repr=False, compare=False)  # the bins' uppers, for bisect
     _positions: list[int] = field(init=False, repr=False, compare=False)  # the priors' positions, for bisect
     _carry_uppers: list[float] = field(init=False, repr=False, compare=False)  # the carry-over bins' uppers
-    _carried: dict[tuple[int, int], tuple[float, ...]] = field(init=False, repr=False, compare=False)  # made once
+    _carried: dict[int, tuple[float, ...]] = field(init=False, repr=False, compare=False)  # per carry bin, made once
 
     def __post_init__(self) -> None:
         if not isinstance(self.drafter, DrafterKey):
@@ -210,16 +210,16 @@ class AcceptanceCalibration:
         return min(bisect_left(self._carry_uppers, previous), len(self.carryover) - 1)
 
     def _carried_rates(self, previous: float | None, depth: int) -> tuple[float, ...]:
-        """p_carried(previous, j) for j in 1..=depth, made once per carry-over bin and depth.
+        """p_carried(previous, j) for j in 1..=depth, or further: made once per carry-over bin, as deep as asked.
 
         The planner asks on every plan of every step (at depths up to its kmax); the answer depends
-        only on the bin `previous` falls in, so it is kept: a few floats per bin and depth asked.
+        only on the bin `previous` falls in, so each bin's rates are kept, as deep as the deepest ask.
         """
         index = self.carry_index(previous)
-        rates = self._carried.get((index, depth))
-        if rates is None:
+        rates = self._carried.get(index, ())
+        if len(rates) < depth:
             rates = tuple(self.p_carried(previous, j) for j in range(1, depth + 1))
-            self._carried[index, depth] = rates
+            self._carried[index] = rates
         return rates
 
     def expected_accepted(self, chain: Sequence[float | None]) -> float:
