@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from met.bench.loop_sweep import LOOP_TOKENS, run_cell
+from met.bench.loop_sweep import LOOP_TOKENS, run_cell, run_figures
 from met.engine.runner import ModelRunner
 from met.model.corpus import heldout_prompts
 from met.model.recipes import embedded
@@ -44,8 +44,9 @@ def main() -> int:
         run_cell(runner, recipe.id, prompts, k)  # warm-up
     for repeat in range(args.repeats):
         for k in depths if repeat % 2 == 0 else reversed(depths):
-            ticks = [draft + rest for draft, rest in run_cell(runner, recipe.id, prompts, k).steps]
-            runs[k].append((statistics.median(ticks), statistics.fmean(ticks)))
+            steps = run_cell(runner, recipe.id, prompts, k).steps
+            # the mean as the sweep takes it (run_figures: draft and verify), the median beside it
+            runs[k].append((statistics.median(draft + rest for draft, rest in steps), sum(run_figures(steps))))
     by_median = {k: statistics.median(m for m, _ in r) for k, r in runs.items()}
     by_mean = {k: statistics.median(m for _, m in r) for k, r in runs.items()}
     lines = ["# A decode's step: its median against its mean", "",
