@@ -12,10 +12,12 @@ This splits each run's steps (the scheduler's draft + verify seconds, as `polici
 The table's verify figure is a whole scheduler tick (plan to plan); the steps here are draft +
 verify, without the tick's host work, so the full steps' "tick ms" column is the one to set beside
 the table's cell (the cell of the depth the full steps verified: the pools clamp widths 9..=16 to
-one draft). Each configuration runs `--repeats` times, interleaved; medians per repeat, then the
-median over repeats.
+one draft; for the measured planner, which mixes depths, the depth of most of its full steps, and
+the last column gives the mix). Each configuration runs `--repeats` times, interleaved; medians
+per repeat, then the median over repeats.
 
-    python3 benchmarks/step_decomposition.py   # writes benchmarks/results/step_decomposition.md
+    python3 benchmarks/step_decomposition.py [--policies off,fixed-1,fixed-3,fixed-4,measured]
+    # writes benchmarks/results/step_decomposition.md
 """
 
 import argparse
@@ -23,6 +25,7 @@ import platform
 import statistics
 import sys
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -30,11 +33,11 @@ import torch
 from met.bench import policies
 from met.engine.identity import box_class
 from met.engine.policy_base import PlainPolicy
-from met.engine.policy_mtp import MtpFixedPolicy
+from met.engine.policy_mtp import MtpFixedPolicy, MtpPlannedPolicy
 from met.engine.runner import CATCHUP_SHARED_ROWS, ModelRunner
 from met.model.recipes import embedded
 from met.speculative.spec_capacity import DEFAULT_POOLS
-from met.speculative.spec_cost import CostTable
+from met.speculative.spec_cost import AcceptanceCalibration, CostTable, SpecCostState
 
 
 
@@ -73,7 +76,13 @@ def decompose(runner: ModelRunner, policy, model_id: str, prompts: list[tuple[in
             ticks.append(steps[i + 1].planned_at - step.planned_at)
             depths[max(step.proposed)] += 1
     return {"parts": parts, "tick": statistics.median(ticks) if ticks else None, "seconds": recorder.seconds,
-            "depth": depths.most_common(1)[0][0] if depths else 0}
+            "depth": depths.most_common(1)[0][0] if depths else 0, "depths": depths}
+
+
+def _mix(depths: Counter) -> str:
+    """Each depth's share of the full steps, deepest last: "k3 40%, k4 60%"."""
+    total = sum(depths.values())
+    return ", ".join(f"k{k} {n / total:.0%}" for k, n in sorted(depths.items())) if total else "-"
 
 
 def main() -> int:
@@ -82,6 +91,8 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--concurrency", default="1,4,16")
+    ap.add_argument("--policies", default="off,fixed-1,fixed-3",
+                    help="off, fixed-1..fixed-4 and measured (the table's planner), comma-separated")
     ap.add_argument("--table", type=Path, help="default: tables/<box_class>/met-tiny-py.toml")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/step_decomposition.md"))
     args = ap.parse_args()
@@ -91,8 +102,15 @@ def main() -> int:
     table_path = args.table or Path("tables") / box_class("cpu", threads=1) / f"{recipe.name}.toml"
     table = CostTable.parse(table_path.read_text())
     prompts = policies.heldout_workload_prompts(args.prompts)
-    configs = {"off": lambda: PlainPolicy(), "fixed-1": lambda: MtpFixedPolicy(1, 4, DEFAULT_POOLS),
-               "fixed-3": lambda: MtpFixedPolicy(3, 4, DEFAULT_POOLS)}
+    calibration_path = table_path.with_name(table_path.name.removesuffix(".toml") + ".calibration.toml")
+    calibration = AcceptanceCalibration.parse(calibration_path.read_text())
+    state = SpecCostState(table, calibration, 0.1, table.key, calibration.drafter)
+    known = {"off": PlainPolicy} | {f"fixed-{k}": partial(MtpFixedPolicy, k, 4, DEFAULT_POOLS) for k in range(1, 5)}
+    known["measured"] = partial(MtpPlannedPolicy, state, 4, DEFAULT_POOLS)
+    unknown = set(args.policies.split(",")) - set(known)
+    if unknown:
+        ap.error(f"unknown policies {sorted(unknown)}; known: {', '.join(known)}")
+    configs = {name: known[name] for name in args.policies.split(",")}
     results: dict = {}
     for c in (int(x) for x in args.concurrency.split(",")):
         runner = ModelRunner(model, c)
@@ -107,8 +125,8 @@ def main() -> int:
              f"{policies.PROMPT_OFFSET}), "
              f"{args.max_tokens} tokens each, {args.repeats} repeats, medians.", "",
              "| concurrency | policy | step s | full: steps, s | table cell ms (its depth) | full tick ms | "
-             "catch-up: steps, s | tail: steps, s | tail share of step s |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "catch-up: steps, s | tail: steps, s | tail share of step s | full steps by depth (all repeats) |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for (c, name), runs in results.items():
         def med(kind: str, i: int) -> float:
             return statistics.median(r["parts"][kind][i] for r in runs)
@@ -120,7 +138,7 @@ def main() -> int:
         lines.append(f"| {c} | {name} | {seconds:.3f} | {med('full', 1):.0f}, {med('full', 0):.3f} | "
                      f"{1e3 * (cell.verify_s + cell.draft_s):.2f} (k={cell.k}) | {tick} | {med('catch-up', 1):.0f}, "
                      f"{med('catch-up', 0):.3f} | {med('tail', 1):.0f}, {med('tail', 0):.3f} | "
-                     f"{med('tail', 0) / seconds:.0%} |")
+                     f"{med('tail', 0) / seconds:.0%} | {_mix(sum((r['depths'] for r in runs), Counter()))} |")
     text = "\n".join(lines) + "\n"
     print(text)
     args.out.write_text(text)
