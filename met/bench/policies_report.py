@@ -16,6 +16,7 @@ from met.speculative.spec_cost import CostTable
 WITHIN_BEST = 0.97  # the planner's tokens/s at least this share of the best fixed depth's, at every concurrency
 AHEAD_OF_AVERAGE = 1.10  # ... and this many times the fixed depth that is best on average
 WIDTH1_SPEEDUP = 1.8  # ... and this many times speculation off at concurrency 1
+INTERVAL_LEVEL = 0.9  # least coverage of the interval given beside each paired ratio (median_interval)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,15 +94,44 @@ def _geomean(values: Sequence[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values and min(values) > 0 else 0.0
 
 
-def paired_ratio(runs: Sequence[Run], a: str, b: str, concurrency: int) -> float | None:
-    """Median over repeats of policy a's tokens/s over policy b's in the same repeat; None if they share none.
+def paired_ratios(runs: Sequence[Run], a: str, b: str, concurrency: int) -> list[float]:
+    """Per repeat both ran: policy a's tokens/s over policy b's in that repeat.
 
     Runs are interleaved, so the two runs of a repeat were made minutes apart at most: the box's
     drift between repeats, which moves every policy together, cancels out of each ratio.
     """
     rate = {(r.policy, r.repeat): r.tokens / r.seconds for r in runs if r.concurrency == concurrency}
-    ratios = [rate[a, k] / rate[b, k] for (p, k) in rate if p == a and (b, k) in rate]
+    return [rate[a, k] / rate[b, k] for (p, k) in rate if p == a and (b, k) in rate]
+
+
+def paired_ratio(runs: Sequence[Run], a: str, b: str, concurrency: int) -> float | None:
+    """The median of paired_ratios; None if the two policies share no repeat."""
+    ratios = paired_ratios(runs, a, b, concurrency)
     return statistics.median(ratios) if ratios else None
+
+
+def median_interval(values: Sequence[float], level: float = INTERVAL_LEVEL) -> tuple[float, float, float] | None:
+    """A distribution-free interval for the median of values: (low, high, its coverage), or None if too few.
+
+    The order statistics x(j) <= x(n+1-j) bracket the median with probability 1 - 2 P(B < j), B ~
+    Binomial(n, 1/2), whatever the values' distribution; j is the largest whose coverage is at least
+    `level`. Fewer than 5 values cannot reach 90%.
+    """
+    xs, n = sorted(values), len(values)
+    below, found = 0, None  # below: P(B < j) * 2**n
+    for j in range(1, n // 2 + 1):
+        below += math.comb(n, j - 1)
+        coverage = 1 - 2 * below / 2**n
+        if coverage < level:
+            break
+        found = (xs[j - 1], xs[n - j], coverage)
+    return found
+
+
+def _interval(runs: Sequence[Run], b: str, c: int) -> str:
+    """The interval of the planner's paired ratio over b at concurrency c: " [0.910, 0.990] 93%" ("": too few)."""
+    interval = median_interval(paired_ratios(runs, "measured", b, c))
+    return f" [{interval[0]:.3f}, {interval[1]:.3f}] {interval[2]:.0%}" if interval else ""
 
 
 def checks(rows: Sequence[Row], runs: Sequence[Run]) -> list[Check]:
@@ -123,8 +153,8 @@ def checks(rows: Sequence[Row], runs: Sequence[Run]) -> list[Check]:
             best = max(fixed, key=lambda f: rate[f, c])
             ok &= vs(worst, c) >= WITHIN_BEST
             planner = rate["measured", c]
-            parts.append(f"c={c}: {vs(worst, c):.3f} of {worst} (of the best median, {best}: "
-                         f"{planner:.1f} vs {rate[best, c]:.1f} tok/s = {planner / rate[best, c]:.3f})")
+            parts.append(f"c={c}: {vs(worst, c):.3f}{_interval(runs, worst, c)} of {worst} (of the best median, "
+                         f"{best}: {planner:.1f} vs {rate[best, c]:.1f} tok/s = {planner / rate[best, c]:.3f})")
         out.append(Check(name, ok, f"{'; '.join(parts)} (needs >= {WITHIN_BEST})"))
     else:
         out.append(Check(name, None, "needs the measured planner and fixed depths at every concurrency"))
@@ -135,7 +165,7 @@ def checks(rows: Sequence[Row], runs: Sequence[Run]) -> list[Check]:
         means = {f: _geomean([rate[f, c] for c in concurrencies]) for f in fixed}
         best = max(fixed, key=lambda f: means[f])
         ratio = _geomean([vs(best, c) for c in concurrencies])
-        each = ", ".join(f"c={c} {vs(best, c):.3f}" for c in concurrencies)
+        each = ", ".join(f"c={c} {vs(best, c):.3f}{_interval(runs, best, c)}" for c in concurrencies)
         planner = _geomean([rate["measured", c] for c in concurrencies])
         out.append(Check(name, ratio >= AHEAD_OF_AVERAGE,
                          f"{ratio:.3f} of {best} (needs >= {AHEAD_OF_AVERAGE}); per concurrency: {each}; "
@@ -147,7 +177,8 @@ def checks(rows: Sequence[Row], runs: Sequence[Run]) -> list[Check]:
     name = f"measured planner at concurrency 1 >= {WIDTH1_SPEEDUP}x speculation off"
     if ("measured", 1) in rate and ("off", 1) in rate:
         ratio = vs("off", 1)
-        out.append(Check(name, ratio >= WIDTH1_SPEEDUP, f"{ratio:.2f}x (needs >= {WIDTH1_SPEEDUP}x); medians: "
+        out.append(Check(name, ratio >= WIDTH1_SPEEDUP, f"{ratio:.2f}x{_interval(runs, 'off', 1)} (needs >= "
+                         f"{WIDTH1_SPEEDUP}x); medians: "
                          f"{rate['measured', 1]:.1f} vs {rate['off', 1]:.1f} tok/s = "
                          f"{rate['measured', 1] / rate['off', 1]:.2f}x"))
     else:
@@ -193,7 +224,10 @@ def markdown(meta: dict, rows: Sequence[Row], results: Sequence[Check], problems
               "(max - min) / median.",
               "- the checks compare policies by paired ratios: per repeat, the planner's tok/s over the other "
               "policy's in the same repeat (runs minutes apart at most), the median over repeats; the ratio of "
-              "medians is given beside each.",
+              "medians is given beside each. [low, high] p%: a distribution-free interval for that median "
+              "(order statistics of the per-repeat ratios, covering the true median with probability p whatever "
+              "their distribution; none with fewer than 5 repeats); a PASS or FAIL whose interval spans the "
+              "threshold is within this box's noise.",
               "- tok/s in steps: tokens emitted by decode/verify steps over those steps' draft + verify seconds "
               "(no prefill, admission or streaming): what the steps alone deliver.",
               "- J/token: " + (f"priced from the table ({meta['energy_source']} joules): each step at its width and "

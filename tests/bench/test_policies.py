@@ -4,6 +4,7 @@ import json
 import random
 import re
 
+import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -11,7 +12,7 @@ from typer.testing import CliRunner
 import met.bench.policies as pol
 import met.bench.policies_cli as policies_cli
 from met.bench.policies_identity import mismatches
-from met.bench.policies_report import checks, paired_ratio, price, summarise
+from met.bench.policies_report import checks, median_interval, paired_ratio, price, summarise
 from met.cli import app
 from met.engine.identity import MODES, RunSettings, mtp_drafter_key, serve_table_key
 from met.engine.policy_base import PlainPolicy
@@ -146,6 +147,26 @@ def test_paired_ratios_cancel_a_drift_that_moves_every_policy_alike():
     assert paired_ratio(runs, "a", "b", 1) == pytest.approx(1.1)
     assert paired_ratio(runs, "a", "c", 1) == pytest.approx(1.0)  # only the repeats both ran
     assert paired_ratio(runs, "a", "b", 4) is None
+
+
+def test_median_interval_takes_the_order_statistics_binomial_coverage_allows():
+    # n = 8: [x(2), x(7)] covers 1 - 2 * 9/256 = 93%; x(3), x(6) would cover only 71%
+    assert median_interval([8, 1, 7, 2, 6, 3, 5, 4]) == pytest.approx((2, 7, 1 - 18 / 256))
+    assert median_interval([5, 4, 3, 2, 1]) == pytest.approx((1, 5, 1 - 2 / 32))  # n = 5: the extremes, 94%
+    assert median_interval([1, 2, 3, 4]) is None  # the extremes of 4 cover 88% < 90%
+    assert median_interval([3.0] * 16, level=0.5)[:2] == (3.0, 3.0)
+
+
+def test_median_interval_covers_a_skewed_distributions_median_as_often_as_it_says():
+    # lognormal ratios (median 1): over 4000 samples of 12, the 90%+ interval holds the median >= 90% of the time
+    rng = np.random.default_rng(0)
+    hits, coverages = 0, set()
+    for _ in range(4000):
+        low, high, coverage = median_interval(np.exp(rng.normal(0.0, 0.3, 12)).tolist())
+        hits += low <= 1.0 <= high
+        coverages.add(round(coverage, 4))
+    assert coverages == {round(1 - 2 * (1 + 12 + 66) / 4096, 4)}  # j = 3: 96%
+    assert hits / 4000 == pytest.approx(1 - 2 * 79 / 4096, abs=0.01)
 
 
 # --- the command -------------------------------------------------------------------------------
