@@ -104,8 +104,9 @@ def policies(
     adaptive rung: met serve --spec mtp); prompt-lookup; measured (the cost table's planner:
     met serve --spec mtp --spec-cost-model measured). Each runs at every concurrency, interleaved over
     the repeats (the order reversed every other repeat); greedy outputs must be identical everywhere.
-    Prints and writes the report with PASS/FAIL for the issue's checks (a FAIL there is a result, not
-    an error: the status stays 0).
+    Prints and writes the report with PASS/FAIL for the issue's checks, each paired ratio with a
+    distribution-free interval for its median (from 5 repeats on), so a verdict within the box's noise
+    reads as such (a FAIL there is a result, not an error: the status stays 0).
 
     Exit statuses: 0 results written; 2 bad option value (or fewer held-out prompts here than
     --prompts); 65 (EX_DATAERR) the cost table or calibration is missing or invalid; 66 (EX_NOINPUT)
