@@ -9,6 +9,8 @@ PATH may be a folder: every *.toml under it is checked, and the status is the fi
 """
 
 import tomllib
+from collections.abc import Mapping
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated
 
@@ -180,6 +182,33 @@ def _dflash_config(recipe, settings) -> dict:
         raise Refusal(exc.status, f"cannot compare the key of a DFlash table: {exc}") from None
 
 
+def measured_ago(meta: Mapping[str, object], now: datetime | None = None) -> str:
+    """When [meta] says a table was measured, and how long before now; "" when it does not say.
+
+    "measured 2026-11-30 02:11 UTC, 3 h 10 min ago": relative step costs drift with a box's load and
+    clocks, so a table's age is worth seeing beside its plans (the planner itself reads no clock).
+    """
+    when = meta.get("when")
+    if isinstance(when, str):
+        try:
+            when = datetime.fromisoformat(when)
+        except ValueError:
+            return ""
+    if not isinstance(when, datetime):
+        return ""
+    when = when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)  # met writes UTC
+    minutes = int(((now or datetime.now(timezone.utc)) - when).total_seconds() // 60)
+    if minutes < 0:
+        age = "in the future by this box's clock"
+    elif minutes < 60:
+        age = f"{minutes} min ago"
+    elif minutes < 48 * 60:
+        age = f"{minutes // 60} h {minutes % 60} min ago"
+    else:
+        age = f"{minutes // (24 * 60)} days ago"
+    return f"measured {when.astimezone(timezone.utc):%Y-%m-%d %H:%M} UTC, {age}"
+
+
 @tables_app.command("show")
 def show(path: TableArg, calibration: CalibrationOpt = None, slack: SlackOpt = 0.1) -> None:
     """Show a cost table per width: cost per depth, and with --calibration what each depth delivers."""
@@ -194,8 +223,10 @@ def show(path: TableArg, calibration: CalibrationOpt = None, slack: SlackOpt = 0
         raise _refuse(exc) from None
     console = Console()
     key = table.key
+    when = measured_ago(table.meta)
     console.print(f"[bold]{escape(str(path))}[/]: box_class '{escape(key.box_class)}', recipe "
-                  f"'{escape(key.recipe)}', energy_source '{key.energy_source}'", highlight=False)
+                  f"'{escape(key.recipe)}', energy_source '{key.energy_source}'" + (f"; {when}" if when else ""),
+                  highlight=False)
     if cal is not None:
         console.print(f"calibration: drafter {escape(str(cal.drafter))}, {cal.outcomes} outcomes; expected tokens from "
                       f"the position priors; plan: the planner's depth at slack {slack:g}", highlight=False)

@@ -9,6 +9,7 @@ import torch
 import typer
 from rich.console import Console
 
+from met.bench.tables_cli import measured_ago
 from met.engine.identity import (RunSettings, apply_threads, box_class as derive_box_class, default_device,
                                  default_dtype)
 from met.engine.policy import SERVE_SPECS, PolicyConfig
@@ -177,8 +178,9 @@ def _banner(service: Service, recipe_id: str, host: str, port: int, settings: Ru
         key = cost_state.table.key
         widths = sorted({1, sched.runner.cache.max_batch})
         plans = "; ".join(f"width {n}: {cost_state.plan(n).why}" for n in widths)
-        typer.echo(f"  planning from {table} (energy_source {key.energy_source}, slack "
-                   f"{cost_state.slack:g}); with position priors, {plans}", err=True)
+        when = measured_ago(cost_state.table.meta)
+        typer.echo(f"  planning from {table} ({when + ', ' if when else ''}energy_source {key.energy_source}, "
+                   f"slack {cost_state.slack:g}); with position priors, {plans}", err=True)
     tenants = sorted(set(keys.keys.values()))
     typer.echo(f"  auth: {'none (open)' if keys.open else f'{len(keys.keys)} keys, tenants ' + ', '.join(tenants)}",
                err=True)

@@ -2,11 +2,12 @@
 
 import math
 import re
+from datetime import datetime, timezone
 
 import pytest
 from typer.testing import CliRunner
 
-from met.bench.tables_cli import tables_app
+from met.bench.tables_cli import measured_ago, tables_app
 from met.exit_codes import EX_DATAERR, EX_NOINPUT, EX_OK
 from met.speculative.spec_cost import AcceptanceCalibration, CostTable, DrafterKey
 
@@ -212,6 +213,21 @@ def test_show_with_a_calibration_marks_the_plan(tmp_path):
     assert result.exit_code == EX_OK
     assert "220.9" in result.stdout and "0.8261" in result.stdout
     assert result.stdout.count("◀") == 2  # one choice per width
+
+
+def test_show_says_when_the_table_was_measured(tmp_path):
+    result = tables("show", str(write(tmp_path, TABLE)))
+    assert "measured 2026-10-04 12:00 UTC" in " ".join(result.stdout.split())  # rich wraps the header line
+
+
+def test_measured_ago_reads_metas_when_as_toml_or_text_and_says_how_long_before_now():
+    now = datetime(2026, 11, 30, 2, 40, tzinfo=timezone.utc)
+    toml_when = {"when": datetime(2026, 11, 30, 0, 38, 54, tzinfo=timezone.utc)}
+    assert measured_ago(toml_when, now) == "measured 2026-11-30 00:38 UTC, 2 h 1 min ago"
+    assert measured_ago({"when": "2026-11-30T02:11:00Z"}, now) == "measured 2026-11-30 02:11 UTC, 29 min ago"
+    assert measured_ago({"when": "2026-10-04T12:00:00Z"}, now).endswith(", 56 days ago")
+    assert measured_ago({"when": "2026-12-01T00:00:00Z"}, now).endswith("in the future by this box's clock")
+    assert measured_ago({}, now) == "" and measured_ago({"when": "last tuesday"}, now) == ""
 
 
 def test_show_refuses_files_in_the_wrong_place(tmp_path):

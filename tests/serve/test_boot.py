@@ -31,11 +31,11 @@ def serve_key(recipe) -> TableKey:
     return serve_table_key(recipe.id, recipe.config, _settings(), "none", MODES, BOX)
 
 
-def table(key: TableKey) -> CostTable:
+def table(key: TableKey, meta: dict | None = None) -> CostTable:
     joules = key.energy_source != "none"
     cells = [Cell(n, k, 0.01 + 0.002 * k, 0.001 * k, 1.0 + k if joules else None, 0.1 * k if joules else None)
              for n in (1, 4) for k in range(3)]
-    return CostTable(key, cells)
+    return CostTable(key, cells, meta or {})
 
 
 def calibration(drafter: DrafterKey) -> AcceptanceCalibration:
@@ -115,8 +115,8 @@ def test_default_paths_are_the_bench_defaults():
     assert str(boot.default_calibration(t)) == "tables/cpu-x-2t/met-tiny-py.calibration.toml"
 
 
-def _serve(tmp_path, key, drafter, *extra):
-    (tmp_path / "t.toml").write_text(table(key).to_toml())
+def _serve(tmp_path, key, drafter, *extra, meta=None):
+    (tmp_path / "t.toml").write_text(table(key, meta).to_toml())
     (tmp_path / "t.calibration.toml").write_text(calibration(drafter).to_toml())
     args = ["serve", "--model", "micro-t", "--spec", "mtp", "--spec-cost-model", "measured",
             "--spec-cost-table", str(tmp_path / "t.toml"), "--calibration", str(tmp_path / "t.calibration.toml"),
@@ -140,6 +140,10 @@ def test_cli_boots_on_a_matching_table(recipe, tmp_path, monkeypatch):
     result = _serve(tmp_path, serve_key(recipe), mtp_drafter_key(recipe))
     assert result.exit_code == 0, result.output
     assert started == [("127.0.0.1", 0)] and "planning from" in result.output and "mtp/measured" in result.output
+    assert "measured 20" not in result.output  # this table's [meta] does not say when it was measured
+    result = _serve(tmp_path, serve_key(recipe), mtp_drafter_key(recipe), meta={"when": "2026-11-30T00:38:54Z"})
+    assert result.exit_code == 0 and "planning from" in result.output
+    assert "(measured 2026-11-30 00:38 UTC, " in result.output  # its age beside it: plans age with the box
 
 
 def test_cli_bad_options_exit_2(recipe, tmp_path):
