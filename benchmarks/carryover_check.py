@@ -26,6 +26,7 @@ from met.bench import policies as pol
 from met.engine.identity import box_class
 from met.engine.runner import ModelRunner
 from met.model.recipes import embedded
+from met.serve.boot import default_calibration, default_table
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 from met.speculative.spec_cost import AcceptanceCalibration
 
@@ -61,7 +62,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    path = args.calibration or Path("tables") / box_class("cpu", threads=1) / "met-tiny-py.calibration.toml"
+    path = args.calibration or default_calibration(default_table(box_class("cpu", threads=1), "met-tiny-py"))
     calibration = AcceptanceCalibration.parse(path.read_text())
     recipe = embedded("met-tiny-py")
     model = recipe.load(torch.float32, "cpu")

@@ -25,6 +25,7 @@ from met.bench import policies as pol
 from met.engine.identity import box_class
 from met.engine.runner import ModelRunner
 from met.model.recipes import embedded
+from met.serve.boot import default_calibration, default_table
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 from met.speculative.spec_cost import AcceptanceCalibration, CostTable, SpecCostState
 
@@ -82,10 +83,9 @@ def main() -> int:
     ap.add_argument("--loop-runs", type=int, default=2, help="runs of the policies workload (0: skip)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    table_path = args.table or Path("tables") / box_class("cpu", threads=1) / "met-tiny-py.toml"
+    table_path = args.table or default_table(box_class("cpu", threads=1), "met-tiny-py")
     table = CostTable.parse(table_path.read_text())
-    cal_path = table_path.with_name(table_path.name.removesuffix(".toml") + ".calibration.toml")
-    calibration = AcceptanceCalibration.parse(cal_path.read_text())
+    calibration = AcceptanceCalibration.parse(default_calibration(table_path).read_text())
     state = SpecCostState(table, calibration, 0.1, table.key, calibration.drafter)
     lines = ["# The measured planner's arithmetic per call", "",
              f"Command: `python3 {' '.join(sys.argv)}`; table `{table_path}`; `{platform.platform()}`, "

@@ -36,6 +36,7 @@ from met.engine.policy_base import PlainPolicy
 from met.engine.policy_mtp import MtpFixedPolicy, MtpPlannedPolicy
 from met.engine.runner import CATCHUP_SHARED_ROWS, ModelRunner
 from met.model.recipes import embedded
+from met.serve.boot import default_calibration, default_table
 from met.speculative.spec_capacity import DEFAULT_POOLS
 from met.speculative.spec_cost import AcceptanceCalibration, CostTable, SpecCostState
 
@@ -99,17 +100,17 @@ def main() -> int:
     torch.set_num_threads(1)
     recipe = embedded()
     model = recipe.load()
-    table_path = args.table or Path("tables") / box_class("cpu", threads=1) / f"{recipe.name}.toml"
+    table_path = args.table or default_table(box_class("cpu", threads=1), recipe.name)
     table = CostTable.parse(table_path.read_text())
     prompts = policies.heldout_workload_prompts(args.prompts)
-    calibration_path = table_path.with_name(table_path.name.removesuffix(".toml") + ".calibration.toml")
-    calibration = AcceptanceCalibration.parse(calibration_path.read_text())
-    state = SpecCostState(table, calibration, 0.1, table.key, calibration.drafter)
     known = {"off": PlainPolicy} | {f"fixed-{k}": partial(MtpFixedPolicy, k, 4, DEFAULT_POOLS) for k in range(1, 5)}
-    known["measured"] = partial(MtpPlannedPolicy, state, 4, DEFAULT_POOLS)
-    unknown = set(args.policies.split(",")) - set(known)
+    unknown = set(args.policies.split(",")) - set(known) - {"measured"}
     if unknown:
-        ap.error(f"unknown policies {sorted(unknown)}; known: {', '.join(known)}")
+        ap.error(f"unknown policies {sorted(unknown)}; known: {', '.join(known)}, measured")
+    if "measured" in args.policies.split(","):  # the planner alone needs the calibration beside the table
+        calibration = AcceptanceCalibration.parse(default_calibration(table_path).read_text())
+        state = SpecCostState(table, calibration, 0.1, table.key, calibration.drafter)
+        known["measured"] = partial(MtpPlannedPolicy, state, 4, DEFAULT_POOLS)
     configs = {name: known[name] for name in args.policies.split(",")}
     results: dict = {}
     for c in (int(x) for x in args.concurrency.split(",")):
