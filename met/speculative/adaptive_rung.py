@@ -116,7 +116,7 @@ class AdaptiveRung:
 
     def observe(self, width: int, drafts_used: int, sequences: int, accepted: int, first_accepted: int) -> None:
         """Fold in one flush of `sequences` sequence-steps at `drafts_used` drafts (accepted counts are totals)."""
-        if not 0 <= first_accepted <= accepted <= drafts_used * sequences:
+        if not (0 <= first_accepted <= accepted <= drafts_used * sequences and first_accepted <= sequences):
             raise ValueError(
                 f"inconsistent flush: first_accepted={first_accepted}, accepted={accepted}, "
                 f"drafts_used={drafts_used}, sequences={sequences}"

@@ -217,6 +217,9 @@ def test_observe_rejects_inconsistent_counts() -> None:
         rung.observe(12, 2, 10, 9, 4)
     with pytest.raises(ValueError):
         rung.observe(12, 1, 10, 5, 4)  # at one draft every accepted draft is a first draft
+    with pytest.raises(ValueError):
+        rung.observe(12, 2, 10, 15, 15)  # at two drafts too: 15 first drafts of 10 sequences
+    assert rung.p1 is None  # nothing refused was folded in
 
 
 def test_from_env_reads_the_variable_once() -> None:

@@ -182,6 +182,11 @@ def test_p_accept_takes_rounding_above_zero_but_refuses_probabilities():
         cal.p_accept(math.nan, 1)
     with pytest.raises(ValueError, match="1-based"):
         cal.p_accept(None, 0)
+    priors_only = priors_cal()  # no confidence bins: the priors answer, but a probability is still refused
+    assert priors_only.p_accept(-0.5, 1) == 0.8
+    for bad in (0.9, math.nan):
+        with pytest.raises(ValueError, match="not a log-probability"):
+            priors_only.p_accept(bad, 1)
 
 
 # -- the carry-over ----------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import tomli_w
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from met.speculative.spec_cost import ENERGY_SOURCES, Cell, CostTable, TableKey, TableParseError
+from met.speculative.spec_cost import ENERGY_SOURCES, MAX_WIDTH, Cell, CostTable, TableKey, TableParseError
 
 KEY = TableKey("nvidia-h200x1", "met-tiny-py@abc123", "nvml", {"decode": "d1", "verify": "v1", "draft_mtp": "m1"})
 NO_METER = TableKey("cpu-epyc-2t", "met-tiny-py@abc123", "none", {"decode": "d1", "verify": "v1"})
@@ -275,7 +275,7 @@ def test_cell_interpolates_linearly_in_width():
     assert table.cell(3, 1) == Cell(3, 1, 2.0, 0.375, 4.0, 1.0)
     assert table.cell(2, 1) is table.cell(2, 1)  # made once: the planner asks several times a step
     for bad in (True, 2.0, "2"):  # a width that hashes like a cached one is still refused
-        with pytest.raises(ValueError, match="is not a positive whole number"):
+        with pytest.raises(ValueError, match="is not a whole number in 1"):
             table.cell(bad, 1)
     assert table.cell(3, 0).draft_s == 0.0  # k = 0 stays a plain decode at every width
     # a catch-up cost per row interpolates too (1e-5 and 3e-5 s: 1.5e-5 at n = 2), and stays absent where it is
@@ -296,6 +296,9 @@ def test_cell_outside_the_measured_range_takes_the_nearest_width():
     below, above = table.cell(1, 1), table.cell(64, 1)
     assert (below.n, below.verify_s, below.verify_j) == (1, table.cell(2, 1).verify_s, table.cell(2, 1).verify_j)
     assert (above.n, above.verify_s, above.draft_s) == (64, table.cell(8, 1).verify_s, table.cell(8, 1).draft_s)
+    assert table.cell(MAX_WIDTH, 1).verify_s == table.cell(8, 1).verify_s  # as far as a table may list
+    with pytest.raises(ValueError, match=r"is not a whole number in 1\.\.=65536"):
+        table.cell(MAX_WIDTH + 1, 1)  # past any width a table may list: a caller bug, not a parse error
 
 
 @given(tables(), st.integers(1, 600), st.data())

@@ -182,9 +182,9 @@ class AcceptanceCalibration:
         """P(accept) of the draft at `position` (1-based) with top-1 log-prob `confidence` (None: unknown)."""
         if isinstance(position, bool) or not isinstance(position, int) or position < 1:
             raise ValueError(f"position {position!r} is not a 1-based whole number")
+        if confidence is not None and not confidence <= ROUNDING:  # also refuses NaN, binned or not
+            raise ValueError(f"confidence {confidence!r} is not a log-probability (<= 0); pass log p, not p")
         if confidence is not None and self.bins:
-            if not confidence <= ROUNDING:  # also refuses NaN
-                raise ValueError(f"confidence {confidence!r} is not a log-probability (<= 0); pass log p, not p")
             i = bisect_left(self._uppers, confidence)
             return self.bins[min(i, len(self.bins) - 1)].p_accept
         i = bisect_left(self._positions, position + 1) - 1  # the prior at position, else the deepest before it

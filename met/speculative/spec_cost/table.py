@@ -147,8 +147,8 @@ class CostTable:
             known = self._index.get((n, k)) or self._between.get((n, k))
             if known is not None:
                 return known
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"width {n!r} is not a positive whole number")
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_WIDTH:
+            raise ValueError(f"width {n!r} is not a whole number in 1..={MAX_WIDTH}")
         if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= self.kmax:
             raise ValueError(f"depth {k!r} is outside the table's 0..={self.kmax}")
         widths = self.widths
