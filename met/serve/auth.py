@@ -26,7 +26,7 @@ class KeysFileError(ValueError):
 def read_keys_file(path: Path) -> dict[str, str]:
     """key -> tenant from a keys file."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # an editor's byte-order mark is not part of the first key
     except (OSError, UnicodeDecodeError) as exc:
         raise KeysFileError(f"{path}: cannot be read ({exc})") from None
     keys: dict[str, str] = {}

@@ -15,6 +15,13 @@ def test_keys_file_maps_keys_to_tenants(tmp_path):
     assert KeyRing({}).tenant_of(None) == "default"  # no keys configured: open, one tenant
 
 
+def test_a_keys_file_saved_with_a_byte_order_mark_keeps_its_first_key(tmp_path):
+    # an editor's BOM and CRLF line ends: the first key is sk-a, not "\ufeffsk-a"
+    f = tmp_path / "keys"
+    f.write_bytes(b"\xef\xbb\xbfsk-a alice\r\nsk-b bob\r\n")
+    assert read_keys_file(f) == {"sk-a": "alice", "sk-b": "bob"}
+
+
 @pytest.mark.parametrize("text, words", [
     ("sk-a\n", "expected `KEY TENANT`"),  # a key without a tenant
     ("sk-a alice\nsk-a bob\n", "given twice"),  # one key, two tenants
