@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from fastapi import FastAPI, Request as HttpRequest
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from met.engine.policy import PolicyConfig, build_policy
@@ -118,12 +119,27 @@ def create_app(service: Service) -> FastAPI:
         await asyncio.to_thread(service.scheduler.stop)
 
     app = FastAPI(title="met", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.router.redirect_slashes = False  # /v1/completions/ is not a route: a 404, not a redirect a client may drop
     app.add_middleware(AuthLayer, ring=service.keys)
     app.add_middleware(StatusLayer, metrics=metrics)
 
     @app.exception_handler(ApiError)
     async def _api_error(request: HttpRequest, exc: ApiError) -> JSONResponse:
         return exc.response()
+
+    @app.exception_handler(HTTPException)
+    async def _routing_error(request: HttpRequest, exc: HTTPException) -> JSONResponse:
+        # an unknown path (404) or a method the path does not take (405), in OpenAI's shape like every error
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        message = f"{request.method} {request.url.path}: {exc.detail}"
+        return JSONResponse(error_body(exc.status_code, message, code), status_code=exc.status_code,
+                            headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def _server_error(request: HttpRequest, exc: Exception) -> JSONResponse:
+        # a bug of ours, not the client's: logged with its traceback by the server, answered in OpenAI's shape
+        return JSONResponse(error_body(500, f"internal error ({type(exc).__name__})", "internal_error"),
+                            status_code=500)
 
     @app.post("/v1/completions")
     async def completions(request: HttpRequest) -> Response:

@@ -98,9 +98,18 @@ class StatusLayer:
             await self.app(scope, receive, send)
             return
 
+        started = False
+
         async def counted(message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 self.metrics.responses.labels(str(message["status"])).inc()
             await send(message)
 
-        await self.app(scope, receive, counted)
+        try:
+            await self.app(scope, receive, counted)
+        except Exception:
+            if not started:  # the error middleware outside this layer answers 500 for it
+                self.metrics.responses.labels("500").inc()
+            raise

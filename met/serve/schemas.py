@@ -4,7 +4,7 @@ import json
 import time
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from met.serve.errors import ApiError
 
@@ -19,9 +19,12 @@ class StreamOptions(BaseModel):
 
 
 class CompletionRequest(BaseModel):
-    """POST /v1/completions: the fields met serves; unsupported ones are refused, not ignored."""
+    """POST /v1/completions: the fields met serves; unsupported ones are refused, not ignored.
 
-    model_config = ConfigDict(extra="forbid")
+    Strict types, as OpenAI's API: "5" is not a max_tokens, nor true a stream (an int is still a float).
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     model: str
     prompt: str | list[int]  # one prompt: text, [text], token ids or [token ids]
@@ -29,7 +32,7 @@ class CompletionRequest(BaseModel):
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = 1.0
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = 1.0
     stop: str | Annotated[list[str], Field(max_length=4)] | None = None
-    seed: int | None = None
+    seed: Annotated[int, Field(ge=-(1 << 63), lt=1 << 64)] | None = None  # what torch.Generator takes
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     n: Literal[1] | None = 1  # one choice per request
@@ -55,6 +58,10 @@ class CompletionRequest(BaseModel):
         if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str | list):
             value = value[0]  # a batch of one
         if isinstance(value, str) and value:
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:  # JSON's \ud800 escapes decode to lone surrogates
+                raise ValueError(f"is not valid Unicode text: {exc.reason} at character {exc.start}") from None
             return value
         if isinstance(value, list) and value and all(isinstance(t, int) and not isinstance(t, bool) for t in value):
             bad = [t for t in value if t < 0]  # the model's vocabulary is checked when the request is queued
@@ -63,6 +70,13 @@ class CompletionRequest(BaseModel):
             return value
         raise ValueError("must be one non-empty prompt: a string, a list of one string, or a list of token ids "
                          "(batches of several prompts are not served; send one request each)")
+
+    @field_validator("stream_options")
+    @classmethod
+    def _stream_options_need_stream(cls, value: StreamOptions | None, info: ValidationInfo) -> StreamOptions | None:
+        if value is not None and not info.data.get("stream"):  # stream is validated first: it is declared first
+            raise ValueError("is only allowed when stream is true")
+        return value
 
     def stop_strings(self) -> tuple[str, ...]:
         """The stop strings as a tuple (none: ())."""
@@ -75,8 +89,9 @@ def parse_request(raw: bytes) -> CompletionRequest:
     """The request from a body: ApiError 400 if it is not JSON, 422 (naming each field) if a field is invalid."""
     try:
         doc = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ApiError(400, f"the request body is not valid JSON ({exc})", "invalid_json") from None
+    except (ValueError, RecursionError) as exc:  # also: invalid UTF-8, a 5000-digit number, nesting past the stack
+        reason = str(exc).split("; use sys.set_int_max_str_digits", 1)[0]  # advice for Python callers, not clients
+        raise ApiError(400, f"the request body is not valid JSON ({reason})", "invalid_json") from None
     if not isinstance(doc, dict):
         raise ApiError(400, f"the request body must be a JSON object, got {type(doc).__name__}", "invalid_json")
     try:

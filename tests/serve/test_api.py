@@ -87,6 +87,13 @@ def test_bad_requests_get_their_4xx_and_never_reach_the_scheduler(model):
         (good | {"prompt": ""}, "k1", 422, "prompt"),  # empty prompt
         (good | {"logprobs": 2}, "k1", 422, "logprobs"),  # unsupported field
         (good | {"temperature": 0.5, "seed": 2**64}, "k1", 422, "seed"),  # a seed torch cannot take (was a 500)
+        (good | {"max_tokens": "4"}, "k1", 422, "max_tokens"),  # a string is not a number (strict, as OpenAI)
+        (good | {"max_tokens": True}, "k1", 422, "max_tokens"),  # nor a bool
+        (good | {"stream": "yes"}, "k1", 422, "stream"),  # nor a string a bool
+        (good | {"stream_options": {"include_usage": True}}, "k1", 422, "only allowed when stream"),
+        (good | {"prompt": "\ud800abc"}, "k1", 422, "not valid Unicode"),  # a lone surrogate (was a 500)
+        (b'{"prompt": "a", "seed": ' + b"9" * 5000 + b"}", "k1", 400, "4300 digits"),  # (was a 500)
+        (b'{"prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "k1", 400, "recursion"),  # (was a 500)
         (good | {"model": "gpt-4"}, "k1", 404, "gpt-4"),  # unknown model
         (good | {"prompt": "x" * 200}, "k1", 413, "200 tokens"),  # longer than the context (128)
         (good | {"max_tokens": 127}, "k1", 400, "at most 126"),  # prompt + max_tokens over the context
@@ -105,6 +112,26 @@ def test_bad_requests_get_their_4xx_and_never_reach_the_scheduler(model):
             _client(srv.url, "k1").completions.create(model="nope", prompt="hi", max_tokens=2)
         with pytest.raises(openai.AuthenticationError):
             _client(srv.url, "bad").completions.create(model=MODEL, prompt="hi", max_tokens=2)
+
+
+def test_unknown_paths_and_methods_get_openai_shaped_errors_and_every_status_is_counted(model):
+    # 404 and 405 in OpenAI's shape (FastAPI's own is {"detail": ...}); a trailing slash is a 404, not a redirect;
+    # a bug's 500 is OpenAI-shaped too, and /metrics counts it though the error middleware answers it
+    with serving(model, "off") as srv:
+        for method, path, status in [("GET", "/v1/nope", 404), ("GET", "/v1/completions", 405),
+                                     ("POST", "/v1/models", 405), ("POST", "/v1/completions/", 404)]:
+            r = httpx.request(method, f"{srv.url}{path}", json={}, timeout=30)
+            assert r.status_code == status, (method, path, r.status_code)
+            assert path in r.json()["error"]["message"], r.json()
+
+        def broken(req, sink):
+            raise RuntimeError("a bug")
+
+        srv.scheduler.submit = broken
+        r = _post(srv.url, {"model": MODEL, "prompt": "hi"})
+        assert r.status_code == 500 and r.json()["error"]["code"] == "internal_error"
+        text = httpx.get(f"{srv.url}/metrics").text
+        assert 'met_http_responses_total{code="500"} 1.0' in text and 'code="405"} 2.0' in text
 
 
 def test_a_client_leaving_mid_stream_frees_its_slot(model):
