@@ -229,8 +229,9 @@ def open_meter(energy: str, device: str) -> Meter:
         return WallMeter(sync)
     if energy == "nvml" or (energy == "auto" and on_cuda):
         if not on_cuda:
+            where = "run on --device cuda or" if torch.cuda.is_available() else "torch sees no CUDA device here;"
             raise EnergyUnavailable(f"NVML measures a CUDA device, and this sweep runs on {device}; "
-                                    "run on --device cuda or pass --energy none")
+                                    f"{where} pass --energy none")
         try:
             return NvmlMeter(cuda_uuid(device), sync)
         except EnergyUnavailable as exc:

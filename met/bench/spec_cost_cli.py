@@ -6,6 +6,7 @@ The command parses, takes the table's lock, opens the meter, loads the recipe, r
 """
 
 import datetime as dt
+import os
 import platform
 import time
 from dataclasses import asdict, dataclass, replace
@@ -21,12 +22,12 @@ from met.bench.loop_sweep import NothingTimed, measure_in_loop
 from met.bench.meters import ENERGY_CHOICES, EnergyReadError, EnergyUnavailable, Meter, open_meter
 from met.bench.progress import Reporter
 from met.bench.sweep import QUICK, SweepParams, check_fits, measure
-from met.bench.table_files import (LockHeld, TableLock, Unwritable, changes, read_existing, remove_stale_temps,
-                                   write_atomic)
+from met.bench.table_files import (Existing, LockHeld, TableLock, Unwritable, changes, commit, read_existing,
+                                   remove_stale_temps, stage)
 from met.engine.identity import (RunSettings, apply_threads, box_class, default_device, default_dtype, device_name,
                                  mtp_drafter_key, serve_table_key)
 from met.engine.prompts import PromptError, PromptsMissing
-from met.exit_codes import EX_CANTCREAT, EX_DATAERR, EX_NOINPUT, EX_OK, EX_TEMPFAIL, EX_UNAVAILABLE
+from met.exit_codes import EX_CANTCREAT, EX_CONFIG, EX_DATAERR, EX_NOINPUT, EX_OK, EX_TEMPFAIL, EX_UNAVAILABLE
 from met.model.corpus import heldout_prompts
 from met.model.dflash import DflashDrafter, DrafterError, load_drafter, shipped_path
 from met.model.hf_config import CheckpointError
@@ -82,7 +83,10 @@ OutOpt = Annotated[Path | None, typer.Option(
     "--out", help="Table file (default: tables/<box_class>/<recipe>.toml); the calibration goes to "
     "<out>.calibration.toml with .toml dropped.", show_default=False)]
 QuickOpt = Annotated[bool, typer.Option("--quick", help="A small sweep for tests and smoke runs (seconds).")]
-QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress and no change report; errors only.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress and no change report; errors and warnings only.")]
+ReplaceOpt = Annotated[bool, typer.Option(
+    "--replace", help="Overwrite what is at --out even if it is not a met cost table (exit 73 otherwise) or a table "
+    "of another box class or model (exit 78 otherwise).")]
 
 DEFAULT = SweepParams(repeats=9, window_s=0.4)
 
@@ -132,6 +136,7 @@ def spec_cost(
     out: OutOpt = None,
     quick: QuickOpt = False,
     quiet: QuietOpt = False,
+    replace_: ReplaceOpt = False,
 ) -> None:
     """Measure what a verify step and an MTP draft step cost at each width and depth on this box; write the table.
 
@@ -145,8 +150,11 @@ def spec_cost(
     width's cells back to back (widths and cells in a new shuffled order), and a cell's time is
     its median over repeats paired with its width's other cells of the same repeat, so a
     slowdown they share cancels. The run holds a
-    lock beside the table and replaces the table atomically, so cron may run it unattended. When
-    a table is already there, each cell's change is printed. A checkpoint folder (--model PATH)
+    lock beside the table and replaces the table atomically (the table and its calibration are
+    both written out before either is replaced; a symlinked --out has its target replaced), so
+    cron may run it unattended. When a table is already there, each cell's change is printed; a
+    file there that is no met table, or the table of another box class or model, is refused
+    before measuring unless --replace is given. A checkpoint folder (--model PATH)
     has no MTP drafter: its table holds the plain decode cells (k = 0) of each width, its recipe
     is the folder's model name and weights digest, and no calibration is written. --drafter
     dflash times the recipe's DFlash block drafter instead of its MTP module (one pass whatever
@@ -159,8 +167,10 @@ def spec_cost(
     66 (EX_NOINPUT) the recipe's weights, the folder or the calibration prompts are missing;
     69 (EX_UNAVAILABLE) the energy source asked for does not work here (the reason is printed);
     73 (EX_CANTCREAT) the table cannot be written there (--out is a folder, or its folder, lock file or
-    file cannot be created): the table there before is untouched; 75 (EX_TEMPFAIL) another run holds
-    the table's lock: nothing was touched, try later.
+    file cannot be created, or a file there is no met table and --replace was not given): the table
+    there before is untouched; 75 (EX_TEMPFAIL) another run holds the table's lock: nothing was
+    touched, try later; 78 (EX_CONFIG) --out holds the table of another box class or model and
+    --replace was not given: nothing was measured.
     """
     if drafter not in ("mtp", "dflash"):
         raise typer.BadParameter(f"{drafter!r} is not one of mtp, dflash", param_hint="--drafter")
@@ -190,9 +200,10 @@ def spec_cost(
         _fail(EX_DATAERR if isinstance(exc, CheckpointError) else EX_NOINPUT, str(exc))
     suffix = ".dflash.toml" if drafter == "dflash" else ".toml"
     calibrated = cal_params if calibrate is not False and drafter == "mtp" else None
-    request = Request(recipe, box_class_, settings, params, energy, calibrated, calibration_prompts,
-                      out or Path("tables") / box / f"{name}{suffix}", max_depth is not None, calibrate is True,
-                      drafter)
+    given = out or Path("tables") / box / f"{name}{suffix}"
+    request = Request(recipe, box_class_, settings, params, energy, calibrated, calibration_prompts, _target(given),
+                      max_depth is not None, calibrate is True, drafter, box, replace_,
+                      _target(calibration_path(given)))
     try:
         with TableLock(request.out), Reporter(quiet) as reporter:
             _run(request, reporter)
@@ -220,6 +231,13 @@ class Request:
     depth_given: bool = False  # --max-depth was passed (a model without a drafter refuses k > 0, not drops it)
     calibrate_given: bool = False  # --calibrate was passed (likewise)
     drafter: str = "mtp"  # whose draft step is timed: mtp or dflash
+    box: str = ""  # the box class the table will be keyed by
+    overwrite: bool = False  # --replace: write over a file that is no table of ours, or of another box or model
+    cal_out: Path | None = None  # where the calibration goes (default: beside out)
+
+    @property
+    def calibration_out(self) -> Path:
+        return self.cal_out if self.cal_out is not None else calibration_path(self.out)
 
 
 def _fail(code: int, message: str) -> None:
@@ -227,8 +245,37 @@ def _fail(code: int, message: str) -> None:
     raise typer.Exit(code)
 
 
+def _target(out: Path) -> Path:
+    """The file a run replaces: a symlink's target (replacing the link itself would leave its target stale)."""
+    return Path(os.path.realpath(out)) if out.is_symlink() else out
+
+
+def _refuse_foreign(req: Request, old: Existing) -> None:
+    """Refusal 73 if the file at --out is no met cost table (unless --replace): someone's other file, not ours to replace."""
+    if old.foreign and not req.overwrite:
+        raise Refusal(EX_CANTCREAT, f"{req.out} {old.problem}, so it is not a met cost table to replace; nothing "
+                      "was measured; pass another --out, or --replace to overwrite it")
+
+
+def _refuse_other_key(req: Request, old: Existing, name: str) -> None:
+    """Refusal 78 if --out holds the table of another box class or model (unless --replace).
+
+    A changed plan digest or weights digest is what a re-measure is for, so only the box class and
+    the recipe's name are compared. Checked before measuring: a refusal costs nothing.
+    """
+    if old.table is None or req.overwrite:
+        return
+    key = old.table.key
+    if (key.box_class, key.recipe.split("@", 1)[0]) != (req.box, name):
+        raise Refusal(EX_CONFIG, f"{req.out} holds the table of box_class '{key.box_class}', recipe '{key.recipe}'; "
+                      f"this run measures box_class '{req.box}', recipe '{name}'; nothing was measured; pass another "
+                      f"--out (the default is tables/{req.box}/{name}.toml), or --replace to overwrite it")
+
+
 def _run(req: Request, reporter: Reporter) -> None:
-    """Everything under the lock: meter, recipe, sweep, calibration, then both writes."""
+    """Everything under the lock: what is at --out, meter, recipe, sweep, calibration, then both writes."""
+    old = read_existing(req.out)
+    _refuse_foreign(req, old)
     try:
         meter = open_meter(req.energy, req.settings.device)
     except EnergyUnavailable as exc:
@@ -237,6 +284,7 @@ def _run(req: Request, reporter: Reporter) -> None:
     reporter.say(f"energy source: {meter.source}" + (f" ({note})" if note else ""))
     params = replace(req.params, window_s=max(req.params.window_s, meter.min_window_s))
     recipe = _recipe(req.recipe)
+    _refuse_other_key(req, old, recipe.name)
     calibration_params = req.calibration
     block = _block_drafter(recipe, req.settings) if req.drafter == "dflash" else None
     if block is None and not recipe.config.mtp_depth:
@@ -258,7 +306,7 @@ def _run(req: Request, reporter: Reporter) -> None:
                                         lambda done, total: reporter.step("calibration", done, total, "prompts"))
         except SpecCostError as exc:
             raise Refusal(EX_DATAERR, f"calibration failed, so nothing was written: {exc}") from None
-    _write(req.out, table, calibration, reporter)
+    _write(req.out, req.calibration_out, old, table, calibration, reporter)
 
 
 def _sweep(req: Request, params: SweepParams, recipe: Recipe, model: torch.nn.Module, meter: Meter,
@@ -303,18 +351,38 @@ def _sweep(req: Request, params: SweepParams, recipe: Recipe, model: torch.nn.Mo
         raise Refusal(EX_DATAERR, f"the measured table is invalid, so nothing was written: {exc}") from None
 
 
-def _write(path: Path, table: CostTable, calibration: AcceptanceCalibration | None, reporter: Reporter) -> None:
-    """Both files, atomically (the calibration first), then what changed against the table there before."""
-    old = read_existing(path)
+def _write(path: Path, cal_path: Path, old: Existing, table: CostTable, calibration: AcceptanceCalibration | None,
+           reporter: Reporter) -> None:
+    """Both files staged, then each renamed into place (the calibration first); then what changed.
+
+    Staging both before replacing either means a full disk or a failed write replaces neither.
+    """
     remove_stale_temps(path)
-    remove_stale_temps(calibration_path(path))  # also under --no-calibrate: a killed run's temp is ours to clear
+    remove_stale_temps(cal_path)  # also under --no-calibrate: a killed run's temp is ours to clear
+    staged: list[Path] = []
     try:
         if calibration is not None:
-            write_atomic(calibration_path(path), calibration.to_toml())
-        write_atomic(path, table.to_toml())
+            staged.append(stage(cal_path, calibration.to_toml()))
+        staged.append(stage(path, table.to_toml()))
     except OSError as exc:
+        for temp in staged:
+            temp.unlink(missing_ok=True)
         raise Refusal(EX_CANTCREAT, f"cannot write {exc.filename or path}: {exc.strerror or exc}; the table "
-                      "there before is untouched") from None
+                      "and calibration there before are untouched") from None
+    done = None
+    try:
+        if calibration is not None:
+            commit(staged[0], cal_path)
+            done = cal_path
+        commit(staged[-1], path)
+    except OSError as exc:
+        for temp in staged:
+            temp.unlink(missing_ok=True)
+        also = f"; {done} was replaced already" if done else ""
+        raise Refusal(EX_CANTCREAT, f"cannot replace {exc.filename or path}: {exc.strerror or exc}; the table "
+                      f"there before is untouched{also}") from None
+    if old.problem:  # said even under --quiet: a file was replaced that was no valid table
+        typer.echo(f"warning: {path} {old.problem}; replaced it with the new table", err=True)
     if reporter.quiet:
         return
     for line in changes(old, table):
@@ -322,7 +390,7 @@ def _write(path: Path, table: CostTable, calibration: AcceptanceCalibration | No
     typer.echo(f"wrote {path} ({len(table.cells)} cells, energy_source '{table.key.energy_source}', "
                f"sweep {table.meta['sweep_s']:.0f} s)")
     if calibration is not None:
-        typer.echo(f"wrote {calibration_path(path)} ({calibration.outcomes} judged drafts, "
+        typer.echo(f"wrote {cal_path} ({calibration.outcomes} judged drafts, "
                    f"{len(calibration.bins)} confidence bins, {len(calibration.position_priors)} position priors, "
                    f"{len(calibration.carryover)} carry-over bins)")
 

@@ -4,13 +4,16 @@ A run holds a non-blocking exclusive lock on `<table>.lock` from before it measu
 it writes, so a second run (a cron job overlapping a hand run) fails at once and touches nothing.
 A write goes to a temp file in the table's folder, is fsynced, and replaces the table with
 os.replace, so a reader (or a run killed at any moment) sees the old table or the new one whole,
-never a mix. Temp files a killed run left behind are removed by the next run that holds the lock.
+never a mix. A table and its calibration are both staged (written and fsynced) before either is
+replaced, so a full disk or a failed write replaces neither. Temp files a killed run left behind
+are removed by the next run that holds the lock.
 """
 
 import fcntl
 import os
 import statistics
 import tempfile
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -92,8 +95,8 @@ def remove_stale_temps(path: Path) -> list[Path]:
     return removed
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Replace `path` with `text` whole: temp file in the same folder, fsync, os.replace, fsync the folder."""
+def stage(path: Path, text: str) -> Path:
+    """Write `text` to a new temp file beside `path` and fsync it; `path` itself is not touched yet."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=TEMP_SUFFIX, dir=path.parent)
     try:
@@ -102,23 +105,42 @@ def write_atomic(path: Path, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.chmod(temp, 0o644)
-        os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
+    return Path(temp)
+
+
+def commit(temp: Path, path: Path) -> None:
+    """Replace `path` with a staged temp file (os.replace), then fsync the folder so the rename survives a power cut."""
+    try:
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
     folder = os.open(path.parent, os.O_RDONLY)
     try:
-        os.fsync(folder)  # the rename itself survives a power cut
+        os.fsync(folder)
     finally:
         os.close(folder)
 
 
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` whole: temp file in the same folder, fsync, os.replace, fsync the folder."""
+    commit(stage(path, text), path)
+
+
 @dataclass(frozen=True, slots=True)
 class Existing:
-    """The table already at the path: parsed, or why it could not be (None and None when there is none)."""
+    """The table already at the path: parsed, or why it could not be (None and None when there is none).
+
+    foreign: the file is not a met cost table at all (not TOML, or TOML without `schema` and `[key]`),
+    so it is someone's other file, not a table to replace; an invalid table of ours is not foreign.
+    """
 
     table: CostTable | None = None
     problem: str | None = None
+    foreign: bool = False
 
 
 def read_existing(path: Path) -> Existing:
@@ -127,24 +149,28 @@ def read_existing(path: Path) -> Existing:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return Existing()
-    except (OSError, UnicodeDecodeError) as exc:
-        return Existing(problem=f"cannot be read ({exc})")
+    except UnicodeDecodeError as exc:
+        return Existing(problem=f"is not UTF-8 text ({exc.reason} at byte {exc.start})", foreign=True)
+    except OSError as exc:
+        return Existing(problem=f"cannot be read ({exc.strerror or exc})", foreign=True)
     try:
         return Existing(CostTable.parse(text))
     except TableParseError as exc:
-        return Existing(problem=f"is not a valid table ({exc})")
+        try:
+            doc = tomllib.loads(text)
+        except tomllib.TOMLDecodeError:
+            doc = {}
+        ours = isinstance(doc.get("schema"), int) and isinstance(doc.get("key"), dict)
+        return Existing(problem=f"is not a valid table ({exc})", foreign=not ours)
 
 
 def changes(old: Existing, new: CostTable) -> list[str]:
     """One line per cell of `new`: its costs and their change against the old table's same cell."""
-    if old.problem:
-        lines = [f"the table there {old.problem}; replacing it"]
-    elif old.table is None:
+    if old.table is None and not old.problem:
         return ["no table there before; every cell is new"]
-    else:
-        lines = []
-        if old.table.key != new.key:
-            lines.append(f"the key changed: {key_changes(old.table.key, new.key)}")
+    lines = []  # a file that was no valid table is said on stderr by the caller; its cells are all new
+    if old.table is not None and old.table.key != new.key:
+        lines.append(f"the key changed: {key_changes(old.table.key, new.key)}")
     before = {} if old.table is None else {(c.n, c.k): c for c in old.table.cells}
     for cell in new.cells:
         was = before.get((cell.n, cell.k))

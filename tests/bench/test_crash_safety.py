@@ -139,7 +139,7 @@ def test_a_second_run_exits_75_at_once_while_the_first_writes(forks, use_micro, 
     out.write_text("the old table\n")
     watch = FolderWatch(tmp_path)
     slow = ["--repeats", "3", "--window", "0.05"]  # A sweeps for a few seconds
-    a = forks.start(argv(out, *slow, "--no-calibrate"), tmp_path / "a.err")
+    a = forks.start(argv(out, *slow, "--no-calibrate", "--replace"), tmp_path / "a.err")  # over a file not a table
     deadline = time.monotonic() + 30
     while (not lock.exists() or lock.read_text().strip() != str(a)) and time.monotonic() < deadline:
         time.sleep(0.005)

@@ -123,16 +123,54 @@ def test_an_unwritable_table_exits_73_in_one_line(use_micro, tmp_path, monkeypat
 
     import met.bench.spec_cost_cli as spec_cost_cli
 
-    def full(path, text):
-        raise OSError(errno.ENOSPC, "No space left on device", str(path))
-
-    monkeypatch.setattr(spec_cost_cli, "write_atomic", full)
     out = tmp_path / "t.toml"
-    out.write_text("the old table\n")
-    result = met("bench", "spec-cost", *FAST, "--no-calibrate", "--quiet", "--out", str(out))
+    assert met("bench", "spec-cost", *FAST, "--quiet", "--out", str(out)).exit_code == EX_OK
+    cal = out.with_name("t.calibration.toml")
+    before = out.read_bytes(), cal.read_bytes()
+    real_stage = spec_cost_cli.stage
+
+    def full(path, text):  # the calibration is staged, then the disk is full for the table
+        if path == out:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real_stage(path, text)
+
+    monkeypatch.setattr(spec_cost_cli, "stage", full)
+    result = met("bench", "spec-cost", *FAST, "--quiet", "--out", str(out))
     assert result.exit_code == EX_CANTCREAT and "Traceback" not in result.output
-    assert result.stderr == f"error: cannot write {out}: No space left on device; the table there before is untouched\n"
-    assert out.read_text() == "the old table\n"
+    assert result.stderr == (f"error: cannot write {out}: No space left on device; the table and calibration "
+                             "there before are untouched\n")
+    assert (out.read_bytes(), cal.read_bytes()) == before  # neither replaced (the calibration was, before)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "t.calibration.toml", "t.toml", "t.toml.lock"]
+
+
+def test_what_is_at_out_decides_whether_it_may_be_replaced(use_micro, tmp_path):
+    # someone's other file (73) or another box's table (78) is refused before measuring unless --replace;
+    # a damaged table of ours is replaced, with a warning even under --quiet; a symlink's target is replaced
+    notes = tmp_path / "notes.md"
+    notes.write_text("# my notes\n")
+    result = met("bench", "spec-cost", *FAST, "--quiet", "--out", str(notes))
+    assert result.exit_code == EX_CANTCREAT and "not a met cost table" in result.stderr and "--replace" in result.stderr
+    assert notes.read_text() == "# my notes\n" and not notes.with_name("notes.md.calibration.toml").exists()
+    other = tmp_path / "other.toml"
+    assert met("bench", "spec-cost", *FAST, "--no-calibrate", "--quiet", "--box-class", "nvidia-h200x1",
+               "--out", str(other)).exit_code == EX_OK
+    kept = other.read_bytes()
+    result = met("bench", "spec-cost", *FAST, "--no-calibrate", "--quiet", "--out", str(other))
+    assert result.exit_code == EX_CONFIG and "holds the table of box_class 'nvidia-h200x1'" in result.stderr
+    assert other.read_bytes() == kept
+    assert met("bench", "spec-cost", *FAST, "--no-calibrate", "--quiet", "--replace", "--out",
+               str(other)).exit_code == EX_OK
+    assert CostTable.parse(other.read_text()).key.box_class != "nvidia-h200x1"
+    damaged = tmp_path / "damaged.toml"
+    damaged.write_text(other.read_text().replace("schema = 1", "schema = 99"))
+    result = met("bench", "spec-cost", *FAST, "--no-calibrate", "--quiet", "--out", str(damaged))
+    assert result.exit_code == EX_OK and result.stderr.startswith(f"warning: {damaged} is not a valid table")
+    (tmp_path / "real").mkdir()
+    link = tmp_path / "link.toml"
+    link.symlink_to(tmp_path / "real" / "t.toml")
+    assert met("bench", "spec-cost", *FAST, "--quiet", "--out", str(link)).exit_code == EX_OK
+    assert link.is_symlink() and CostTable.parse((tmp_path / "real" / "t.toml").read_text())
+    assert (tmp_path / "link.calibration.toml").exists()  # where a reader of link.toml looks for it
 
 
 def test_energy_nvml_unavailable_exits_69_with_the_reason(use_micro, tmp_path):
@@ -200,7 +238,7 @@ def test_help_documents_the_exit_statuses():
     assert result.exit_code == EX_OK
     text = " ".join(result.stdout.split())  # the help is wrapped to the terminal
     for status in ("65 (EX_DATAERR)", "66 (EX_NOINPUT)", "69 (EX_UNAVAILABLE)", "73 (EX_CANTCREAT)",
-                   "75 (EX_TEMPFAIL)"):
+                   "75 (EX_TEMPFAIL)", "78 (EX_CONFIG)", "--replace"):
         assert status in text
 
 

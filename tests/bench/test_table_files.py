@@ -123,6 +123,12 @@ def test_changes_report_a_new_key_a_bad_old_file_and_no_file(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("schema = 1\n[key\n")
     old = read_existing(bad)
-    assert old.table is None and "not valid TOML" in old.problem
-    assert changes(old, table())[0].startswith("the table there is not a valid table")
+    assert old.table is None and "not valid TOML" in old.problem and old.foreign  # not even TOML: not ours
+    assert changes(old, table())[0] == "n=1 k=0: verify 10 ms (new)"  # the caller says what was there
+    bad.write_text('schema = 1\n[key]\nbox_class = "x"\n')  # a table of ours, damaged: replaced, not foreign
+    assert read_existing(bad).problem and not read_existing(bad).foreign
+    bad.write_text('hello = "world"\n')  # TOML, but no table
+    assert read_existing(bad).foreign
+    bad.write_bytes(b"\xff\xfe")  # not text
+    assert read_existing(bad).foreign and "not UTF-8" in read_existing(bad).problem
     assert changes(read_existing(tmp_path / "none.toml"), table()) == ["no table there before; every cell is new"]
