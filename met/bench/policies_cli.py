@@ -26,7 +26,7 @@ from met.bench.policies_report import Row, checks, document, markdown, summarise
 from met.bench.meters import ENERGY_CHOICES
 from met.bench.progress import Reporter
 from met.bench.spec_cost_cli import EX_USAGE, parse_widths
-from met.engine.identity import RunSettings, apply_threads, box_class, default_device, default_dtype, device_name
+from met.engine.identity import RunSettings, box_class, device_name, resolve_run
 from met.exit_codes import EX_CANTCREAT, EX_NOINPUT, EX_OK, EX_SOFTWARE
 from met.model.recipes import DEFAULT_RECIPE, RecipeError, embedded
 from met.serve.boot import BootError, MeasuredBoot, boot_measured, default_calibration, default_table
@@ -119,15 +119,13 @@ def policies(
     names = _policy_names(policies_)
     if energy not in ENERGY_CHOICES:
         raise typer.BadParameter(f"{energy!r} is not one of {', '.join(ENERGY_CHOICES)}", param_hint="--energy")
-    device = device or default_device()
     try:
-        if torch.device(device).type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"--device {device}: torch sees no CUDA device here; pass --device cpu")
-        settings = RunSettings(dtype or default_dtype(device), device, apply_threads(device))
+        settings = resolve_run(device, dtype)
+        device = settings.device
         box = box_class(device, box_class_)
     except (RuntimeError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from None
-    concurrencies = _concurrencies(concurrency or base["concurrency"])
+    concurrencies = _concurrencies(concurrency if concurrency is not None else base["concurrency"])
     try:
         model_recipe = embedded(recipe)
     except RecipeError as exc:

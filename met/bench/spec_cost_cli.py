@@ -22,10 +22,10 @@ from met.bench.loop_sweep import NothingTimed, measure_in_loop
 from met.bench.meters import ENERGY_CHOICES, EnergyReadError, EnergyUnavailable, Meter, open_meter
 from met.bench.progress import Reporter
 from met.bench.sweep import QUICK, SweepParams, check_fits, measure
-from met.bench.table_files import (Existing, LockHeld, TableLock, Unwritable, changes, commit, read_existing,
-                                   remove_stale_temps, stage)
-from met.engine.identity import (RunSettings, apply_threads, box_class, default_device, default_dtype, device_name,
-                                 mtp_drafter_key, serve_table_key)
+from met.bench.table_files import (Existing, LockHeld, TableLock, Unwritable, changes, commit, foreign_calibration,
+                                   read_existing, remove_stale_temps, stage)
+from met.engine.identity import (RunSettings, box_class, device_name, mtp_drafter_key, resolve_run,
+                                 serve_table_key)
 from met.engine.prompts import PromptError, PromptsMissing
 from met.exit_codes import EX_CANTCREAT, EX_CONFIG, EX_DATAERR, EX_NOINPUT, EX_OK, EX_TEMPFAIL, EX_UNAVAILABLE
 from met.model.corpus import heldout_prompts
@@ -105,14 +105,17 @@ def calibration_path(table: Path) -> Path:
     return table.with_name(f"{stem}.calibration.toml")
 
 
+MAX_SWEEP_WIDTH = 256  # as serve's --max-batch: every slot's KV cache is allocated up front
+
+
 def parse_widths(text: str) -> tuple[int, ...]:
     """`1,2,4` -> (1, 2, 4); BadParameter naming the bad part."""
     widths = []
     for part in text.split(","):
         part = part.strip()
-        if not part.isdigit() or int(part) < 1:
-            raise typer.BadParameter(f"{part!r} in {text!r} is not a positive whole number; e.g. 1,2,4,8,16",
-                                     param_hint="--widths")
+        if not part.isdigit() or not 1 <= int(part) <= MAX_SWEEP_WIDTH:
+            raise typer.BadParameter(f"{part!r} in {text!r} is not a whole number in 1..{MAX_SWEEP_WIDTH}; "
+                                     "e.g. 1,2,4,8,16", param_hint="--widths")
         widths.append(int(part))
     if len(set(widths)) != len(widths):
         raise typer.BadParameter(f"{text!r} repeats a width", param_hint="--widths")
@@ -181,15 +184,13 @@ def spec_cost(
     if energy not in ENERGY_CHOICES:
         raise typer.BadParameter(f"{energy!r} is not one of {', '.join(ENERGY_CHOICES)}", param_hint="--energy")
     base = QUICK if quick else DEFAULT
-    device = device or default_device()
     try:
-        if torch.device(device).type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"--device {device}: torch sees no CUDA device here; pass --device cpu")
-        params = replace(base, widths=parse_widths(widths) if widths else base.widths,
+        settings = resolve_run(device, dtype)
+        device = settings.device
+        params = replace(base, widths=parse_widths(widths) if widths is not None else base.widths,
                          max_depth=base.max_depth if max_depth is None else max_depth,
                          context_len=context_len or base.context_len, repeats=repeats or base.repeats,
                          window_s=window or base.window_s)
-        settings = RunSettings(dtype or default_dtype(device), device, apply_threads(device))
         box = box_class(device, box_class_)
     except (RuntimeError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from None
@@ -251,10 +252,18 @@ def _target(out: Path) -> Path:
 
 
 def _refuse_foreign(req: Request, old: Existing) -> None:
-    """Refusal 73 if the file at --out is no met cost table (unless --replace): someone's other file, not ours to replace."""
-    if old.foreign and not req.overwrite:
+    """Refusal 73 if the file at --out, or where its calibration goes, is no met file (unless --replace).
+
+    Someone's other file (a typo'd --out README.md, notes beside it) is not ours to replace.
+    """
+    if req.overwrite:
+        return
+    if old.foreign:
         raise Refusal(EX_CANTCREAT, f"{req.out} {old.problem}, so it is not a met cost table to replace; nothing "
                       "was measured; pass another --out, or --replace to overwrite it")
+    if req.calibration is not None and (problem := foreign_calibration(req.calibration_out)) is not None:
+        raise Refusal(EX_CANTCREAT, f"{req.calibration_out} {problem}, so it is not a calibration to replace; "
+                      "nothing was measured; pass another --out, --no-calibrate, or --replace to overwrite it")
 
 
 def _refuse_other_key(req: Request, old: Existing, name: str) -> None:

@@ -156,12 +156,29 @@ def read_existing(path: Path) -> Existing:
     try:
         return Existing(CostTable.parse(text))
     except TableParseError as exc:
-        try:
-            doc = tomllib.loads(text)
-        except tomllib.TOMLDecodeError:
-            doc = {}
-        ours = isinstance(doc.get("schema"), int) and isinstance(doc.get("key"), dict)
-        return Existing(problem=f"is not a valid table ({exc})", foreign=not ours)
+        return Existing(problem=f"is not a valid table ({exc})", foreign=not _ours(text, "key"))
+
+
+def foreign_calibration(path: Path) -> str | None:
+    """Why the file at `path` is no met calibration (not TOML, or without `schema` and `[drafter]`); None if absent or ours."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except UnicodeDecodeError as exc:
+        return f"is not UTF-8 text ({exc.reason} at byte {exc.start})"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    return None if _ours(text, "drafter") else "is not a met calibration (no `schema` and `[drafter]`)"
+
+
+def _ours(text: str, section: str) -> bool:
+    """Whether text is TOML with an integer `schema` and a [section] table: a met file, valid or not."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return False
+    return isinstance(doc.get("schema"), int) and isinstance(doc.get(section), dict)
 
 
 def changes(old: Existing, new: CostTable) -> list[str]:

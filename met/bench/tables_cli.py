@@ -152,16 +152,15 @@ def key_mismatches(parsed: CostTable | AcceptanceCalibration, recipe: str, box_c
         if parsed.drafter == mine:
             return []
         return [DrafterMismatch("drafter", parsed.drafter, mine).message()]
-    device = device or identity.default_device()
     try:
-        settings = identity.RunSettings(dtype or identity.default_dtype(device), device,
-                                        identity.default_threads(device))
+        settings = identity.resolve_run(device, dtype, set_threads=False)
         modes = [m for m in parsed.key.modes if m in identity.KNOWN_MODES]
         drafter = _dflash_config(found, settings) if "draft_dflash" in modes else None
         mine_key = identity.serve_table_key(found.id, found.config, settings, parsed.key.energy_source,
                                             modes or ["decode"], box_class, drafter)
     except (RuntimeError, ValueError) as exc:
-        raise typer.BadParameter(f"cannot build this box's key: {exc}") from None
+        raise typer.BadParameter(f"cannot build this box's key: {exc}; or pass --no-key to check the file alone") \
+            from None
     lines = [m.message() for m in parsed.key.check(mine_key)]
     lines += [f"mode '{m}' is not one this met runs ({', '.join(identity.KNOWN_MODES)}); re-measure with this met"
               for m in parsed.key.modes if m not in identity.KNOWN_MODES]

@@ -8,8 +8,8 @@ import torch
 import typer
 
 from met.engine.generate import SPEC_MODES, Output, generate as run_generate
-from met.engine.identity import apply_threads
-from met.engine.prompts import PromptError, PromptsMissing, read_jsonl_prompts
+from met.engine.identity import MAX_THREADS, RUN_DTYPES, resolve_run
+from met.engine.prompts import PromptError, PromptsMissing, read_jsonl_prompts, unencodable
 from met.engine.runner import ModelRunner, Sampling
 from met.exit_codes import EX_DATAERR, EX_NOINPUT
 from met.model.dflash import DrafterError, load_drafter, shipped_path
@@ -17,7 +17,8 @@ from met.model.hf_config import CheckpointError
 from met.model.recipes import DEFAULT_RECIPE, RecipeError
 from met.model.sources import context_len, resolve, tokenizer_for
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+MAX_BATCH = 256  # as serve's --max-batch: the KV cache of every slot is allocated up front
+MAX_TEMPERATURE = 100.0  # past this the distribution is uniform to float precision; 1e308 overflowed
 
 
 def _fail(message: str, code: int) -> typer.Exit:
@@ -62,18 +63,19 @@ def generate(
     drafter: Annotated[Path | None, typer.Option(
         help="DFlash drafter for --spec dflash (default: <recipe>.dflash.safetensors beside its weights).",
         show_default=False)] = None,
-    batch: Annotated[int, typer.Option(min=1, help="Prompts run together (width).")] = 1,
-    temperature: Annotated[float, typer.Option(min=0.0, help="0 is greedy.")] = 0.0,
-    top_p: Annotated[float, typer.Option(min=0.0, max=1.0, help="Nucleus sampling mass.")] = 1.0,
-    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
+    batch: Annotated[int, typer.Option(min=1, max=MAX_BATCH, help="Prompts run together (width).")] = 1,
+    temperature: Annotated[float, typer.Option(min=0.0, max=MAX_TEMPERATURE, help="0 is greedy.")] = 0.0,
+    top_p: Annotated[float, typer.Option(min=0.0, max=1.0, help="Nucleus sampling mass, above 0.")] = 1.0,
+    seed: Annotated[int, typer.Option(min=-(1 << 63), max=(1 << 64) - 1, help="Sampling seed.")] = 0,
     model: Annotated[str, typer.Option(
         "--model", "--recipe", help="Embedded recipe name, or a Hugging Face checkpoint folder (Llama, Qwen2).",
     )] = DEFAULT_RECIPE,
     max_len: Annotated[int, typer.Option(
         min=0, help="Context per sequence (0: the model's, at most 2048).")] = 0,
-    dtype: Annotated[str, typer.Option(help="float32, float64 or bfloat16.")] = "float32",
+    dtype: Annotated[str, typer.Option(help=f"{', '.join(RUN_DTYPES)}.")] = "float32",
     device: Annotated[str, typer.Option(help="Torch device.")] = "cpu",
-    threads: Annotated[int, typer.Option(min=0, help="torch CPU threads (0: the default, 1 on a CPU).")] = 0,
+    threads: Annotated[int, typer.Option(min=0, max=MAX_THREADS,
+                                         help="torch CPU threads (0: the default, 1 on a CPU).")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per prompt.")] = False,
 ) -> None:
     """Generate text offline from --prompt or --prompts.
@@ -86,19 +88,25 @@ def generate(
         raise _fail("give exactly one of --prompt or --prompts", 2)
     if spec not in SPEC_MODES:
         raise _fail(f"--spec {spec!r} is not one of {', '.join(SPEC_MODES)}", 2)
-    if dtype not in DTYPES:
-        raise _fail(f"--dtype {dtype!r} is not one of {', '.join(DTYPES)}", 2)
+    if top_p == 0:
+        raise _fail("--top-p 0 keeps no token; pass a mass in (0, 1]", 2)
+    try:
+        settings = resolve_run(device, dtype, threads)
+    except ValueError as e:
+        raise _fail(str(e), 2)
+    torch_dtype = getattr(torch, settings.dtype)
+    if prompt is not None and (bad := unencodable(prompt)) is not None:  # argv bytes that are not UTF-8
+        raise _fail(f"--prompt {bad}", 2)
     texts = [prompt] if prompt is not None else read_prompts(prompts)
-    apply_threads(device, threads)
     try:
         r = resolve(model)
         if spec == "mtp" and r.config.mtp_depth == 0:
             raise _fail(f"{r.name} has no MTP module to draft with; use --spec ngram or --spec prompt-lookup", 2)
         tokenizer = tokenizer_for(r)
-        net = r.load(DTYPES[dtype], device)
+        net = r.load(torch_dtype, device)
     except RecipeError as e:
         raise _fail(str(e), EX_DATAERR if isinstance(e, CheckpointError) else EX_NOINPUT)
-    block = _block_drafter(drafter or shipped_path(r), r.id, DTYPES[dtype], device) if spec == "dflash" else None
+    block = _block_drafter(drafter or shipped_path(r), r.id, torch_dtype, device) if spec == "dflash" else None
     # a fixed policy other than mtp never drafts with the MTP block: skip keeping its catch-up rows
     runner = ModelRunner(net, max_batch=batch, max_len=context_len(r, max_len), track_mtp=spec == "mtp",
                          dflash=block)

@@ -71,6 +71,39 @@ class RunSettings:
         return cls(str(p.dtype), str(p.device), threads or torch.get_num_threads(), **settings)
 
 
+RUN_DTYPES = ("float32", "bfloat16", "float16", "float64")  # what the model runs in; an int dtype cannot hold weights
+MAX_THREADS = 1024  # far above any box's cores; asking torch for 100000 threads crashed the process
+
+
+def resolve_run(device: str | None = None, dtype: str | None = None, threads: int = 0,
+                set_threads: bool = True) -> RunSettings:
+    """A command's --device / --dtype / --threads, checked usable on this box; sets torch's threads (unless told not).
+
+    ValueError, naming the option and its value, for a device torch cannot parse or does not see
+    here, a dtype the model cannot run in, or threads outside 0..=MAX_THREADS (0: the default).
+    """
+    device = device or default_device()
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"--device {device!r} is not a torch device (e.g. cpu, cuda, cuda:1)") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(f"--device {device}: torch sees no CUDA device here; pass --device cpu")
+        if dev.index is not None and dev.index >= count:
+            raise ValueError(f"--device {device}: torch sees {count} CUDA device(s), cuda:0..cuda:{count - 1}")
+    elif dev.type != "cpu":
+        raise ValueError(f"--device {device}: met runs on cpu or cuda")
+    dtype = dtype or default_dtype(device)
+    if dtype not in RUN_DTYPES:
+        raise ValueError(f"--dtype {dtype!r} is not one of {', '.join(RUN_DTYPES)}")
+    if isinstance(threads, bool) or not 0 <= threads <= MAX_THREADS:
+        raise ValueError(f"--threads {threads} is outside 0..{MAX_THREADS} (0: the default, 1 on a CPU)")
+    n = apply_threads(device, threads) if set_threads else threads or default_threads(device)
+    return RunSettings(dtype, device, n)
+
+
 def default_device() -> str:
     """Where met runs unless told: the first CUDA device if there is one, else the CPU."""
     return "cuda" if torch.cuda.is_available() else "cpu"

@@ -18,6 +18,8 @@ def read_jsonl_prompts(path: Path, hint: str = "") -> list[str]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
         raise PromptsMissing(f"{path}: no such file or folder") from None
+    except IsADirectoryError:
+        raise PromptError(f"{path}: is a folder; pass a JSON Lines file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise PromptError(f"{path}: cannot be read as UTF-8 text ({exc})") from None
     prompts = []
@@ -32,7 +34,18 @@ def read_jsonl_prompts(path: Path, hint: str = "") -> list[str]:
         text = item.get("prompt") if isinstance(item, dict) else item
         if not isinstance(text, str) or not text:
             raise PromptError(f'{path}:{i}: expected a non-empty string or {{"prompt": "..."}}')
+        if (bad := unencodable(text)) is not None:
+            raise PromptError(f"{path}:{i}: {bad}")
         prompts.append(text)
     if not prompts:
         raise PromptError(f"{path}: holds no prompts")
     return prompts
+
+
+def unencodable(text: str) -> str | None:
+    """Why text has no UTF-8 bytes (a lone surrogate, as JSON's \\ud800 decodes to), or None when it has."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"is not valid Unicode text ({exc.reason} at character {exc.start})"
+    return None

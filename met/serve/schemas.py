@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from met.engine.prompts import unencodable
 from met.serve.errors import ApiError
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
@@ -58,10 +59,8 @@ class CompletionRequest(BaseModel):
         if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str | list):
             value = value[0]  # a batch of one
         if isinstance(value, str) and value:
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError as exc:  # JSON's \ud800 escapes decode to lone surrogates
-                raise ValueError(f"is not valid Unicode text: {exc.reason} at character {exc.start}") from None
+            if (bad := unencodable(value)) is not None:  # JSON's \ud800 escapes decode to lone surrogates
+                raise ValueError(bad)
             return value
         if isinstance(value, list) and value and all(isinstance(t, int) and not isinstance(t, bool) for t in value):
             bad = [t for t in value if t < 0]  # the model's vocabulary is checked when the request is queued

@@ -108,3 +108,21 @@ def test_defaults_on_this_box():
     assert identity.default_dtype("cpu") == "float32"
     assert identity.default_dtype("cuda:0") == "bfloat16"
     assert identity.default_device() == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_resolve_run_checks_each_option_against_this_box():
+    # what every command's --device / --dtype / --threads go through: a ValueError naming the option
+    settings = identity.resolve_run("cpu", None, 0, set_threads=False)
+    assert (settings.device, settings.dtype, settings.threads) == ("cpu", "float32", 1)
+    for device, dtype, threads, words in [
+        ("bogus", None, 0, "--device 'bogus' is not a torch device"),
+        ("meta", None, 0, "met runs on cpu or cuda"),
+        ("cpu", "int8", 0, "--dtype 'int8' is not one of float32, bfloat16, float16, float64"),
+        ("cpu", None, identity.MAX_THREADS + 1, "--threads 1025 is outside 0..1024"),
+        ("cpu", None, -1, "is outside"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(words)):
+            identity.resolve_run(device, dtype, threads, set_threads=False)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="torch sees no CUDA device here"):
+            identity.resolve_run("cuda")

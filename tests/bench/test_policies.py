@@ -240,8 +240,11 @@ def test_cli_bad_options_exit_2(cli_env):
     _, args = cli_env
     r = CliRunner().invoke(app, [*args, "--policies", "off,eagle"])
     assert r.exit_code == 2 and "eagle" in r.output and "--policies" in r.output
-    r = CliRunner().invoke(app, [*args, "--concurrency", "1,x"])
-    assert r.exit_code == 2 and "--concurrency" in r.output
+    for bad in ("1,x", "", "100000"):  # an empty list is not the default; a width past 256 would allocate its KV
+        r = CliRunner().invoke(app, [*args, "--concurrency", bad])
+        assert r.exit_code == 2 and "--concurrency" in r.output, bad
+    r = CliRunner().invoke(app, [*args, "--dtype", "int8"])
+    assert r.exit_code == 2 and "--dtype 'int8'" in r.output
     r = CliRunner().invoke(app, [*args, "--energy", "watts"])
     assert r.exit_code == 2 and "--energy" in r.output
 

@@ -165,6 +165,11 @@ def test_what_is_at_out_decides_whether_it_may_be_replaced(use_micro, tmp_path):
     damaged.write_text(other.read_text().replace("schema = 1", "schema = 99"))
     result = met("bench", "spec-cost", *FAST, "--no-calibrate", "--quiet", "--out", str(damaged))
     assert result.exit_code == EX_OK and result.stderr.startswith(f"warning: {damaged} is not a valid table")
+    beside = tmp_path / "beside.toml"  # the calibration's path holds someone's file: refused too
+    beside.with_name("beside.calibration.toml").write_text("my notes\n")
+    result = met("bench", "spec-cost", *FAST, "--quiet", "--out", str(beside))
+    assert result.exit_code == EX_CANTCREAT and "is not a met calibration" in result.stderr
+    assert beside.with_name("beside.calibration.toml").read_text() == "my notes\n" and not beside.exists()
     (tmp_path / "real").mkdir()
     link = tmp_path / "link.toml"
     link.symlink_to(tmp_path / "real" / "t.toml")
@@ -188,13 +193,18 @@ def test_energy_rapl_unavailable_exits_69(use_micro, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--widths", "1,x"], "'x' in '1,x' is not a positive whole number"),
+    (["--widths", "1,x"], "'x' in '1,x' is not a whole number in 1..256"),
     (["--widths", "2,2"], "repeats a width"),
     (["--energy", "joules"], "'joules' is not one of"),
     (["--box-class", "../up"], "is not a name"),
     (["--dtype", "float99"], "dtype 'float99'"),
     (["--context-len", "500"], "exceed the model's max_seq_len 128"),
-], ids=["widths", "repeated-width", "energy", "box-class", "dtype", "context"])
+    (["--widths", ""], "'' in '' is not a whole number"),  # not the default widths
+    (["--widths", "100000"], "is not a whole number in 1..256"),  # would allocate 100000 KV caches
+    (["--dtype", "int8"], "--dtype 'int8' is not one of"),  # was a TypeError at the model's load
+    (["--device", "bogus"], "--device 'bogus' is not a torch device"),
+], ids=["widths", "repeated-width", "energy", "box-class", "dtype", "context", "empty-widths", "huge-width",
+        "int-dtype", "device"])
 def test_bad_values_exit_2_with_the_value(use_micro, tmp_path, args, message):
     result = met("bench", "spec-cost", *FAST, *args, "--out", str(tmp_path / "t.toml"))
     assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output

@@ -1,0 +1,43 @@
+"""`met generate`'s bad options and prompts: exit 2 or 65 with the value named, never a traceback."""
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from met.cli import app
+from met.exit_codes import EX_DATAERR
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--device", "bogus"], "--device 'bogus' is not a torch device"),  # was a RuntimeError traceback
+    (["--dtype", "int8"], "--dtype 'int8' is not one of float32"),  # weights cannot be int8
+    (["--top-p", "0"], "--top-p 0 keeps no token"),  # was a ValueError from Sampling
+    (["--temperature", "1e308"], "--temperature"),  # overflowed the softmax
+    (["--seed", str(1 << 70)], "--seed"),  # torch.Generator takes 64 bits
+    (["--batch", "1000000"], "--batch"),  # would allocate every slot's KV cache up front
+    (["--threads", "100000"], "--threads"),  # crashed the process
+    (["--prompt", "\udcff\udcfe"], "--prompt is not valid Unicode text"),  # argv bytes that are not UTF-8
+], ids=["device", "dtype", "top-p", "temperature", "seed", "batch", "threads", "prompt"])
+def test_bad_options_exit_2_naming_the_value(args, words):
+    argv = ["generate", "--max-tokens", "2", *args] + ([] if "--prompt" in args else ["--prompt", "x"])
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2 and words in result.output, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this box has CUDA")
+def test_cuda_without_a_gpu_exits_2():
+    result = runner.invoke(app, ["generate", "--prompt", "x", "--device", "cuda"])
+    assert result.exit_code == 2 and "torch sees no CUDA device here; pass --device cpu" in result.output
+
+
+def test_a_prompts_file_with_a_lone_surrogate_exits_65_naming_the_line(tmp_path):
+    # JSON's "\ud800" escape is valid JSON but no text: refused with file:line, not a UnicodeEncodeError
+    f = tmp_path / "p.jsonl"
+    f.write_text('"fine"\n{"prompt": "\\ud800"}\n')
+    result = runner.invoke(app, ["generate", "--prompts", str(f)])
+    assert result.exit_code == EX_DATAERR and f"{f}:2: is not valid Unicode text" in result.output
+    result = runner.invoke(app, ["generate", "--prompts", str(tmp_path)])
+    assert result.exit_code == EX_DATAERR and "is a folder" in result.output
