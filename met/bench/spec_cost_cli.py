@@ -82,7 +82,9 @@ PromptsOpt = Annotated[Path | None, typer.Option(
 OutOpt = Annotated[Path | None, typer.Option(
     "--out", help="Table file (default: tables/<box_class>/<recipe>.toml); the calibration goes to "
     "<out>.calibration.toml with .toml dropped.", show_default=False)]
-QuickOpt = Annotated[bool, typer.Option("--quick", help="A small sweep for tests and smoke runs (seconds).")]
+QuickOpt = Annotated[bool, typer.Option(
+    "--quick", help="A small sweep for tests and smoke runs (seconds); needs --out, so it never replaces the table "
+    "a serve plans from.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress and no change report; errors and warnings only.")]
 ReplaceOpt = Annotated[bool, typer.Option(
     "--replace", help="Overwrite what is at --out even if it is not a met cost table (exit 73 otherwise) or a table "
@@ -183,6 +185,10 @@ def spec_cost(
     energy = energy.lower()
     if energy not in ENERGY_CHOICES:
         raise typer.BadParameter(f"{energy!r} is not one of {', '.join(ENERGY_CHOICES)}", param_hint="--energy")
+    if quick and out is None:
+        raise typer.BadParameter("a --quick table is a smoke run's, too coarse to plan from; pass --out (e.g. "
+                                 "--out /tmp/quick.toml) so it does not replace tables/<box_class>/<recipe>.toml",
+                                 param_hint="--quick")
     base = QUICK if quick else DEFAULT
     try:
         settings = resolve_run(device, dtype)

@@ -211,6 +211,13 @@ def test_bad_values_exit_2_with_the_value(use_micro, tmp_path, args, message):
     assert not (tmp_path / "t.toml").exists()
 
 
+def test_quick_without_out_exits_2_and_leaves_the_default_table_alone(use_micro, tmp_path, monkeypatch):
+    # a smoke run must not replace the table a serve plans from (tables/<box>/<recipe>.toml)
+    monkeypatch.chdir(tmp_path)
+    result = met("bench", "spec-cost", "--quick")
+    assert result.exit_code == 2 and "pass --out" in result.output and not (tmp_path / "tables").exists()
+
+
 def test_missing_recipe_exits_66(tmp_path):
     result = met("bench", "spec-cost", *FAST, "--recipe", "no-such-recipe", "--out", str(tmp_path / "t.toml"))
     assert result.exit_code == EX_NOINPUT and "no embedded recipe 'no-such-recipe'" in result.stderr
