@@ -344,3 +344,13 @@ def test_any_text_is_a_calibration_or_a_parse_error(text):
         AcceptanceCalibration.parse(text)
     except TableParseError:
         pass
+
+
+def test_a_table_and_a_calibration_passed_for_each_other_say_what_they_are():
+    # the file a user swapped is named for what it is, not refused for an "unknown field"
+    from met.speculative.spec_cost import Cell, CostTable, TableKey
+    table = CostTable(TableKey("cpu-x-1t", "r@d", "none", {"decode": "d"}), [Cell(1, 0, 0.01, 0.0)])
+    with pytest.raises(TableParseError, match="this file is a cost table, not a drafter's calibration"):
+        AcceptanceCalibration.parse(table.to_toml())
+    with pytest.raises(TableParseError, match="this file is a drafter's calibration, not a cost table"):
+        CostTable.parse(priors_cal().to_toml())

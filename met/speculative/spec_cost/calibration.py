@@ -261,6 +261,9 @@ class AcceptanceCalibration:
         doc = fields.load(text)
         if "schema" in doc:
             fields.schema(doc, SCHEMA)
+        if "key" in doc and "drafter" not in doc:  # say what the file is, not that [key] is unknown here
+            raise TableParseError("key", None, "belongs to a cost table: this file is a cost table, not a drafter's "
+                                  "calibration", show_value=False)
         fields.shape(doc, "", ("schema", "drafter", "overall"), ("bins", "position_priors", "meta", "carryover"))
         drafter = _part(doc, "drafter", ("kind", "name", "digest"), DrafterKey)
         overall = fields.table(doc, "overall", "")

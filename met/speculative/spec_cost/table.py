@@ -185,6 +185,9 @@ class CostTable:
         doc = fields.load(text)
         if "schema" in doc:  # first: a file of another schema may have any fields
             fields.schema(doc, SCHEMA)
+        if "drafter" in doc and "key" not in doc:  # say what the file is, not that [drafter] is unknown here
+            raise TableParseError("drafter", None, "belongs to a calibration: this file is a drafter's calibration, "
+                                  "not a cost table", show_value=False)
         fields.shape(doc, "", ("schema", "key", "cells"), ("meta",))
         key = TableKey.from_dict(fields.table(doc, "key", ""), doc["schema"])
         cells = []
