@@ -4,6 +4,7 @@ Both render the same JSON form of the snapshot (report.snapshot_doc), so what `m
 of a remote server is exactly what `--tui` shows locally.
 """
 
+import json
 import time
 from collections.abc import Callable
 
@@ -67,12 +68,56 @@ def live_local(cell: SnapshotCell, refresh_per_second: float = 4.0) -> Live:
                 refresh_per_second=refresh_per_second, screen=False)
 
 
+class NotASnapshot(httpx.HTTPError):
+    """The URL answered, but not with a met snapshot (or is no URL); an httpx.HTTPError so `met top` exits 69."""
+
+
+# every /v1/snapshot has carried these since met top shipped (report.snapshot_doc of SchedulerSnapshot)
+REQUIRED = ("tick", "width", "active", "queued", "mode", "depth", "why", "tokens_per_s", "drafts_proposed",
+            "drafts_accepted", "emitted_tokens")
+NUMBER = (int, float)
+JSON_NAMES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
+# the type of each field render does arithmetic or formatting on, checked when present (None: may be null)
+TYPES = {"tick": int, "width": int, "active": int, "queued": int, "max_batch": int, "depth": int, "mode": str,
+         "spec": str, "why": str, "tokens_per_s": NUMBER, "drafts_proposed": int, "drafts_accepted": int,
+         "emitted_tokens": int, "failed_ticks": int, "accepted_at": list, "proposed_at": list, "finished": dict,
+         "joules_per_token": (*NUMBER, type(None)), "energy_j": (*NUMBER, type(None)),
+         "planned_tokens_per_s": (*NUMBER, type(None))}
+
+
+def snapshot_problem(doc: object) -> str | None:
+    """Why a decoded JSON document is not a met snapshot, or None if it is one render can draw."""
+    if not isinstance(doc, dict):
+        return f"a JSON {JSON_NAMES.get(type(doc), 'value')}, not an object"
+    missing = [k for k in REQUIRED if k not in doc]
+    if missing:
+        return f"no {', '.join(missing)}"
+    for key, kind in TYPES.items():
+        if key in doc and (not isinstance(doc[key], kind) or isinstance(doc[key], bool)):
+            return f"{key} is {json.dumps(doc[key])[:40]}"
+    for key in ("accepted_at", "proposed_at"):
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in doc.get(key, [])):
+            return f"{key} is {json.dumps(doc[key])[:40]}"
+    return None
+
+
 def fetch(url: str, api_key: str | None = None, timeout: float = 5.0) -> dict:
-    """GET <url>/v1/snapshot as a dict; httpx errors propagate."""
+    """GET <url>/v1/snapshot as a dict; httpx errors propagate, NotASnapshot if the answer is no met snapshot."""
     headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-    response = httpx.get(url.rstrip("/") + "/v1/snapshot", headers=headers, timeout=timeout)
+    try:
+        response = httpx.get(url.rstrip("/") + "/v1/snapshot", headers=headers, timeout=timeout)
+    except httpx.InvalidURL as exc:  # not an httpx.HTTPError
+        raise NotASnapshot(f"invalid URL {url} ({exc}); pass --url http://HOST:PORT of a met serve") from None
     response.raise_for_status()
-    return response.json()
+    try:
+        doc = response.json()
+    except ValueError as exc:  # not JSON, or not UTF-8
+        problem = f"not JSON: {exc}"
+    else:
+        problem = snapshot_problem(doc)
+    if problem is not None:
+        raise NotASnapshot(f"{url} did not answer a met snapshot ({problem}); is it a met serve?")
+    return doc
 
 
 def watch(url: str, api_key: str | None, interval: float, frames: int | None = None,

@@ -1,9 +1,41 @@
 """`met top` against a live server, and the dashboard frame it shows."""
 
+import threading
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
 from typer.testing import CliRunner
 
 from met.cli import app
+from met.serve.report import snapshot_doc
+from met.serve.tui import snapshot_problem
+from met.speculative.snapshot import SchedulerSnapshot
 from serve_helpers import serving
+
+
+@contextmanager
+def answering(body: bytes):
+    """A non-met HTTP server on loopback that answers every GET with 200 and this body."""
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
 
 
 def test_top_once_shows_the_snapshot(model):
@@ -19,6 +51,37 @@ def test_top_unreachable_exits_69():
     # nothing listens on port 9 of loopback
     r = CliRunner().invoke(app, ["top", "--url", "http://127.0.0.1:9", "--once"])
     assert r.exit_code == 69 and "cannot reach" in r.output
+
+
+@pytest.mark.parametrize("body, why", [
+    (b"<html>hello</html>", "(not JSON: "),  # a web page
+    (b"[1, 2]", "(a JSON array, not an object)"),  # was 'list' object has no attribute 'get'
+    (b'{"not": "a snapshot"}', "(no tick, width, active"),  # was an empty dashboard and exit 0
+    (b'{"tick": 1, "width": 0, "active": 0, "queued": 0, "mode": "idle", "depth": 0, "why": "", '
+     b'"tokens_per_s": "fast", "drafts_proposed": 0, "drafts_accepted": 0, "emitted_tokens": 0}',
+     '(tokens_per_s is "fast")'),  # every key, one of them a string where render formats a number
+])
+def test_top_against_a_server_that_is_not_met_exits_69(body, why):
+    # the URL answers 200, but with no met snapshot: say so, exit 69 as for an unreachable server
+    with answering(body) as url:
+        r = CliRunner().invoke(app, ["top", "--url", url, "--once"])
+    assert r.exit_code == 69, r.output
+    assert f"{url} did not answer a met snapshot {why}" in r.output
+
+
+def test_top_invalid_url_exits_69():
+    # httpx.InvalidURL is no httpx.HTTPError: it was exit 1 with a traceback
+    r = CliRunner().invoke(app, ["top", "--url", "http://256.0.0.1:80", "--once"])
+    assert r.exit_code == 69 and "invalid URL http://256.0.0.1:80 (Invalid IPv4 address" in r.output, r.output
+
+
+def test_every_snapshot_the_server_sends_is_one():
+    # the idle snapshot and a busy one, as GET /v1/snapshot serialises them, pass the check
+    busy = SchedulerSnapshot(tick=3, width=2, active=2, mode="mtp", depth=2, why="ladder", drafts_proposed=4,
+                             drafts_accepted=3, accepted_at=(2, 1), proposed_at=(2, 2), finished=(("stop", 1),),
+                             joules_per_token=0.5, energy_j=1.0)
+    for snap in (SchedulerSnapshot(), busy):
+        assert snapshot_problem(snapshot_doc(snap)) is None
 
 
 def test_dashboard_frame_shows_depth_why_acceptance_and_energy():
