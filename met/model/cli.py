@@ -1,25 +1,29 @@
 """The `met model` sub-app: train the embedded recipe and describe it."""
 
 import json
+import math
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TextIO
 
 import torch
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from met.exit_codes import EX_CANTCREAT, EX_DATAERR, EX_NOINPUT
 from met.model.config import ModelConfig
 from met.model.corpus import HELDOUT_PERCENT, load_split, stdlib_root
 from met.model.transformer import Transformer
 from met.model.dflash_train import DflashTrainParams
 from met.model.train import TrainParams, train
+from met.model.train_state import PastSteps, UnusableCheckpoint
 from met.model.weights import save_weights, write_card
 
 _D = TrainParams()
 _DF = DflashTrainParams()
+MAX_THREADS = 1024  # far above any box's cores; torch asked for 100000 threads crashed the process
 model_app = typer.Typer(help="Train and inspect the embedded model recipe.", no_args_is_help=True, rich_markup_mode=None)
 console = Console(stderr=True)
 
@@ -30,17 +34,18 @@ def train_cmd(
         help="Folder for checkpoints, weights and the card (default: runs/met-tiny-py; dflash: runs/<target>-dflash).",
         show_default=False)] = None,
     preset: Annotated[str, typer.Option(help="Model config preset.")] = "met-tiny-py",
-    steps: Annotated[int | None, typer.Option(help=f"Optimizer steps [default: {_D.steps}].",
+    steps: Annotated[int | None, typer.Option(min=1, help=f"Optimizer steps [default: {_D.steps}].",
                                               show_default=False)] = None,
-    batch: Annotated[int | None, typer.Option(help=f"Sequences per step [default: {_D.batch}].",
+    batch: Annotated[int | None, typer.Option(min=1, help=f"Sequences per step [default: {_D.batch}].",
                                               show_default=False)] = None,
-    seq_len: Annotated[int | None, typer.Option(help=f"Tokens per training sequence [default: {_D.seq_len}].",
-                                                show_default=False)] = None,
-    lr: Annotated[float | None, typer.Option(help=f"Peak learning rate [default: {_D.lr}].",
+    seq_len: Annotated[int | None, typer.Option(
+        min=8, help=f"Tokens per training sequence [default: {_D.seq_len}].", show_default=False)] = None,
+    lr: Annotated[float | None, typer.Option(help=f"Peak learning rate, above 0 [default: {_D.lr}].",
                                              show_default=False)] = None,
-    threads: Annotated[int, typer.Option(help="torch CPU threads (0: torch's default).")] = 0,
+    threads: Annotated[int, typer.Option(
+        min=0, max=MAX_THREADS, help="torch CPU threads (0: torch's default).")] = 0,
     eval_every: Annotated[int | None, typer.Option(
-        help=f"Steps between held-out evaluations [default: {_D.eval_every}].", show_default=False)] = None,
+        min=1, help=f"Steps between held-out evaluations [default: {_D.eval_every}].", show_default=False)] = None,
     seed: Annotated[int, typer.Option(help="Seed of the data sampler and initialisation.")] = 0,
     drafter: Annotated[str, typer.Option(
         help="mtp: train the model with its MTP module; dflash: train a DFlash block drafter against the frozen "
@@ -48,29 +53,40 @@ def train_cmd(
              f"{_DF.steps}, {_DF.batch}, {_DF.seq_len}, {_DF.lr}, {_DF.eval_every}).")] = "mtp",
     target: Annotated[str, typer.Option(help="--drafter dflash: the embedded recipe to draft for.")] = "met-tiny-py",
 ) -> None:
-    """Train the recipe on this interpreter's stdlib source (resumes from OUT_DIR/ckpt.pt), or its DFlash drafter."""
-    if threads:
-        torch.set_num_threads(threads)
+    """Train the recipe on this interpreter's stdlib source (resumes from OUT_DIR/ckpt.pt), or its DFlash drafter.
+
+    A checkpoint already past --steps is refused, not resumed (the card would claim fewer steps
+    than the weights took): pass --steps at or above its step, or another --out-dir.
+
+    Exit statuses: 0 weights and card written; 2 bad option value (or a checkpoint in OUT_DIR
+    already past --steps); 65 (EX_DATAERR) OUT_DIR's checkpoint is unreadable or another preset's
+    (remove it or pass another --out-dir); 66 (EX_NOINPUT) --target names no embedded recipe;
+    73 (EX_CANTCREAT) OUT_DIR cannot be created or written.
+    """
     if drafter not in ("mtp", "dflash"):
-        console.print(f"[red]error:[/red] --drafter {drafter!r} is not one of mtp, dflash")
-        raise typer.Exit(2)
+        raise _fail(f"--drafter {drafter!r} is not one of mtp, dflash", 2)
+    if lr is not None and not (math.isfinite(lr) and lr > 0):
+        raise _fail(f"--lr {lr} must be a finite number above 0 (e.g. {_D.lr})", 2)
     if drafter == "dflash":
+        _apply_threads(threads)
         _train_dflash(target, out_dir or Path(f"runs/{target}-dflash"), steps, batch, seq_len, lr, eval_every, seed)
         return
     out_dir = out_dir or Path("runs/met-tiny-py")
     try:
         cfg = ModelConfig.from_name(preset)
-        every = eval_every or _D.eval_every
-        params = TrainParams(steps=steps or _D.steps, batch=batch or _D.batch, seq_len=seq_len or _D.seq_len,
-                             lr=lr or _D.lr, eval_every=every, checkpoint_every=every, seed=seed)
-    except (KeyError, ValueError) as e:
-        console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    except KeyError as e:
+        raise _fail(e.args[0], 2) from None
+    every = _or(eval_every, _D.eval_every)
+    params = TrainParams(steps=_or(steps, _D.steps), batch=_or(batch, _D.batch), seq_len=_or(seq_len, _D.seq_len),
+                         lr=_or(lr, _D.lr), eval_every=every, checkpoint_every=every, seed=seed)
+    if params.seq_len + 2 > cfg.max_seq_len:
+        raise _fail(f"--seq-len {params.seq_len} leaves no room for the 2 MTP targets in preset {preset}'s "
+                    f"context of {cfg.max_seq_len}; pass --seq-len {cfg.max_seq_len - 2} or less", 2)
+    _apply_threads(threads)
+    log = _open_log(out_dir)
     train_split, heldout = load_split(False), load_split(True)
     torch.manual_seed(seed)
     model = Transformer(cfg)
-    log = (out_dir / "train.log").open("a")
     with Progress(TextColumn("[bold]train"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
                   console=console, disable=not console.is_terminal) as progress:
@@ -86,7 +102,11 @@ def train_cmd(
                     console.print(f"step {step}/{params.steps} {info}")
             progress.update(task, completed=step, info=info)
 
-        stats = train(model, train_split, heldout, params, out_dir / "ckpt.pt", on_step)
+        try:
+            stats = train(model, train_split, heldout, params, out_dir / "ckpt.pt", on_step)
+        except (UnusableCheckpoint, PastSteps) as e:
+            raise _checkpoint_refused(e) from None
+    log.close()
     digest = save_weights(model, out_dir / f"{preset}.safetensors")
     card = {
         "recipe": preset,
@@ -117,20 +137,63 @@ def train_cmd(
 
 def _train_dflash(target: str, out_dir: Path, steps: int | None, batch: int | None, seq_len: int | None,
                   lr: float | None, eval_every: int | None, seed: int) -> None:
-    from met.exit_codes import EX_NOINPUT
     from met.model.dflash_cli import train_dflash_cmd
-    from met.model.recipes import RecipeError
+    from met.model.recipes import RecipeError, embedded
 
     try:
-        params = DflashTrainParams(steps=steps or _DF.steps, batch=batch or _DF.batch, seq_len=seq_len or _DF.seq_len,
-                                   lr=lr or _DF.lr, eval_every=eval_every or _DF.eval_every, seed=seed)
+        embedded(target, verify=False)  # an unknown target is refused before OUT_DIR is made
+        params = DflashTrainParams(steps=_or(steps, _DF.steps), batch=_or(batch, _DF.batch),
+                                   seq_len=_or(seq_len, _DF.seq_len), lr=_or(lr, _DF.lr),
+                                   eval_every=_or(eval_every, _DF.eval_every), seed=seed)
+    except RecipeError as e:
+        raise _fail(str(e), EX_NOINPUT) from None
+    except ValueError as e:
+        raise _fail(str(e), 2) from None
+    _open_log(out_dir).close()
+    try:
         train_dflash_cmd(target, out_dir, params, {}, console)
     except RecipeError as e:
-        console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(EX_NOINPUT)
+        raise _fail(str(e), EX_NOINPUT) from None
+    except (UnusableCheckpoint, PastSteps) as e:
+        raise _checkpoint_refused(e) from None
     except ValueError as e:
-        console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2)
+        raise _fail(str(e), 2) from None
+
+
+def _or(value: int | float | None, default: int | float) -> int | float:
+    """The option's value when given (0 included: typer's bounds refuse it first), else the default."""
+    return default if value is None else value
+
+
+def _apply_threads(threads: int) -> None:
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def _open_log(out_dir: Path) -> TextIO:
+    """Create out_dir and open its train.log for appending, before any training; exit 73 when either fails."""
+    why = "it is a file, not a folder" if out_dir.exists() and not out_dir.is_dir() else ""
+    if not why:
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            return (out_dir / "train.log").open("a")
+        except OSError as e:
+            why = e.strerror or str(e)
+    raise _fail(f"cannot write to --out-dir {out_dir}: {why}; pass a folder you can write", EX_CANTCREAT)
+
+
+def _checkpoint_refused(e: UnusableCheckpoint | PastSteps) -> typer.Exit:
+    """An unusable checkpoint is bad input data (65); one already past --steps a bad option value (2)."""
+    if isinstance(e, PastSteps):
+        return _fail(f"{e.ckpt} is already at step {e.step}, past --steps {e.steps}; pass --steps {e.step} or more "
+                     "to resume it, or another --out-dir to start afresh", 2)
+    return _fail(f"{e}; remove it to train from step 0, or pass another --out-dir", EX_DATAERR)
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    """Print `error: message` on stderr (one line, unwrapped); the typer.Exit(code) to raise."""
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
 
 
 @model_app.command("info")

@@ -97,6 +97,8 @@ def train_dflash(drafter: DflashDrafter, target: Transformer, train_split: Split
     opt = torch.optim.AdamW(drafter.parameters(), lr=params.lr, betas=(0.9, 0.95), weight_decay=params.weight_decay)
     rng, gen = np.random.default_rng(params.seed), torch.Generator().manual_seed(params.seed)
     step, elapsed, stats = train_state.resume(ckpt, "drafter", drafter, opt, rng, gen)
+    if step > params.steps:
+        raise train_state.PastSteps(ckpt, step, params.steps)
     drafter.train()
     t0 = time.perf_counter() - elapsed
     while step < params.steps:

@@ -96,11 +96,16 @@ def evaluate(model: Transformer, heldout: Split, windows: int = 32, seq_len: int
 
 def train(model: Transformer, train_split: Split, heldout: Split, params: TrainParams, ckpt: Path | None,
           on_step: Callable[[int, dict], None] = lambda step, stats: None) -> dict:
-    """Train in place, resuming from and saving to ckpt; returns the final stats."""
+    """Train in place, resuming from and saving to ckpt; returns the final stats.
+
+    Raises train_state.UnusableCheckpoint for a ckpt it cannot resume, PastSteps for one past params.steps.
+    """
     torch.manual_seed(params.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=params.lr, betas=(0.9, 0.95), weight_decay=params.weight_decay)
     rng = np.random.default_rng(params.seed)
     step, elapsed, stats = train_state.resume(ckpt, "model", model, opt, rng)
+    if step > params.steps:
+        raise train_state.PastSteps(ckpt, step, params.steps)
     if params.seq_len + 2 > model.cfg.max_seq_len:
         raise ValueError(f"seq_len {params.seq_len} + 2 exceeds the model's max_seq_len {model.cfg.max_seq_len}")
     depths = min(len(params.mtp_weights), model.cfg.mtp_depth)

@@ -7,25 +7,69 @@ anchors), the step, the wall seconds so far and the last stats. A resumed run dr
 batches and takes the same steps as one that never stopped.
 """
 
-from dataclasses import asdict
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 
+class UnusableCheckpoint(Exception):
+    """A checkpoint file that cannot be resumed from: unreadable, or saved by another model or trainer."""
+
+
+class PastSteps(ValueError):
+    """A checkpoint already past the steps a run asks for: resuming it would report fewer steps than it took."""
+
+    def __init__(self, ckpt: Path, step: int, steps: int) -> None:
+        super().__init__(f"the checkpoint {ckpt} is already at step {step}, past the {steps} steps asked for; "
+                         f"ask for {step} or more to resume it, or train in another folder to start afresh")
+        self.ckpt, self.step, self.steps = ckpt, step, steps
+
+
 def resume(ckpt: Path | None, key: str, module: torch.nn.Module, opt: torch.optim.Optimizer,
            rng: np.random.Generator, gen: torch.Generator | None = None) -> tuple[int, float, dict]:
-    """Load ckpt into module, opt, rng (and gen) when it exists: (step, elapsed seconds, stats); else (0, 0.0, {})."""
+    """Load ckpt into module, opt, rng (and gen) when it exists: (step, elapsed seconds, stats); else (0, 0.0, {}).
+
+    Raises UnusableCheckpoint naming the file and why (module, opt and rng may then be partly loaded).
+    """
     if ckpt is None or not ckpt.exists():
         return 0, 0.0, {}
-    state = torch.load(ckpt, weights_only=False)
-    module.load_state_dict(state[key])
-    opt.load_state_dict(state["opt"])
-    rng.bit_generator.state = state["rng"]
-    if gen is not None:
-        gen.set_state(state["gen"])
-    return state["step"], state["elapsed"], state.get("stats", {})
+    try:
+        state = torch.load(ckpt, weights_only=False)
+    except Exception as exc:  # torch.load raises many types for a file that is no checkpoint (EOFError when empty)
+        raise UnusableCheckpoint(f"{ckpt} is not a readable checkpoint ({type(exc).__name__}: "
+                                 f"{_one_line(exc)})") from None
+    if not isinstance(state, dict) or key not in state:
+        keys = ", ".join(map(str, state)) if isinstance(state, dict) else type(state).__name__
+        raise UnusableCheckpoint(f"{ckpt} holds no {key!r} state (found: {keys or 'nothing'})")
+    if differ := _config_changes(state.get("config"), getattr(module, "cfg", None)):
+        raise UnusableCheckpoint(f"{ckpt} was saved for another {key}: {differ}")
+    try:
+        module.load_state_dict(state[key])
+        opt.load_state_dict(state["opt"])
+        rng.bit_generator.state = state["rng"]
+        if gen is not None:
+            gen.set_state(state["gen"])
+        step, elapsed = int(state["step"]), float(state["elapsed"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise UnusableCheckpoint(f"{ckpt} was saved for another {key} or trainer: {_one_line(exc)}") from None
+    return step, elapsed, state.get("stats", {})
+
+
+def _config_changes(saved: object, cfg: object) -> str:
+    """The config fields that differ between a checkpoint and the module ('' when they agree or cannot be told)."""
+    if not isinstance(saved, dict) or not is_dataclass(cfg):
+        return ""
+    now = asdict(cfg)
+    changed = [k for k in now if k in saved and saved[k] != now[k]]
+    return ", ".join(f"{k} {saved[k]} (this run: {now[k]})" for k in changed[:4])
+
+
+def _one_line(exc: BaseException) -> str:
+    """The exception's message on one line, at most 300 characters (load_state_dict lists every mismatch)."""
+    text = " ".join(str(exc).split()) or repr(exc)
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def save(ckpt: Path, key: str, module: torch.nn.Module, opt: torch.optim.Optimizer, rng: np.random.Generator,

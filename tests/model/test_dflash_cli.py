@@ -42,3 +42,13 @@ def test_train_refuses_an_unknown_drafter_and_target(micro_recipe):
     assert result.exit_code == 2 and "--drafter 'eagle' is not one of mtp, dflash" in result.output
     result = CliRunner().invoke(app, ["model", "train", "--drafter", "dflash", "--target", "nope"])
     assert result.exit_code == 66 and "no embedded recipe 'nope'" in result.output
+
+
+def test_train_dflash_refuses_a_corrupt_checkpoint(micro_recipe, tmp_path):
+    # an unreadable dflash_ckpt.pt exits 65 naming it (was an UnpicklingError traceback), and is kept
+    (tmp_path / "dflash_ckpt.pt").write_bytes(b"garbage")
+    result = CliRunner().invoke(app, ["model", "train", "--drafter", "dflash", "--target", "micro-t", "--steps", "3",
+                                      "--batch", "2", "--seq-len", "64", "--out-dir", str(tmp_path)])
+    assert result.exit_code == 65, result.output
+    assert f"{tmp_path / 'dflash_ckpt.pt'} is not a readable checkpoint" in result.output
+    assert (tmp_path / "dflash_ckpt.pt").read_bytes() == b"garbage"

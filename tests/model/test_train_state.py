@@ -83,3 +83,26 @@ def test_the_checkpoint_is_replaced_whole(tmp_path, key):
     assert not ckpt.with_suffix(".tmp").exists()
     state = torch.load(ckpt, weights_only=False)
     assert state["step"] == 3 and state["elapsed"] == 1.5 and key in state and "gen" not in state
+
+
+def test_a_drafters_checkpoint_is_not_resumed_as_a_model(tmp_path):
+    # the key names whose state the file holds; nothing is loaded from it
+    from met.model import train_state
+
+    model = random_micro()
+    opt = torch.optim.AdamW(model.parameters())
+    ckpt = tmp_path / "c.pt"
+    train_state.save(ckpt, "drafter", model, opt, np.random.default_rng(0), None, 3, {"wall_s": 1.0},
+                     TrainParams(), model.cfg)
+    with pytest.raises(train_state.UnusableCheckpoint, match=r"c\.pt holds no 'model' state \(found: drafter, "):
+        train_state.resume(ckpt, "model", model, opt, np.random.default_rng(0))
+
+
+def test_a_run_asking_fewer_steps_than_its_checkpoint_is_refused(tmp_path):
+    # a checkpoint at step 6 and steps=4: PastSteps names both (the card would have claimed 4)
+    from met.model import train_state
+
+    params = TrainParams(steps=6, batch=2, seq_len=16, warmup=2, eval_every=100, checkpoint_every=3)
+    train(random_micro(), SPLIT, SPLIT, params, tmp_path / "run.pt")
+    with pytest.raises(train_state.PastSteps, match="already at step 6, past the 4 steps asked for"):
+        train(random_micro(), SPLIT, SPLIT, TrainParams(steps=4, batch=2, seq_len=16), tmp_path / "run.pt")

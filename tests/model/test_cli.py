@@ -1,0 +1,152 @@
+"""`met model train`'s refusals: bad option values (2), an unusable checkpoint (65), an unwritable --out-dir (73)."""
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import met.model.cli as model_cli
+from met.cli import app
+from met.model import train_state
+from met.model.corpus import Split
+from met.model.train import TrainParams
+
+from random_models import random_micro
+
+MICRO = ["model", "train", "--preset", "micro", "--batch", "2", "--seq-len", "16"]
+
+
+class Trained(Exception):
+    """Raised where training would begin: a refusal must come before it."""
+
+
+@pytest.fixture
+def no_training(monkeypatch):
+    """Any read of the corpus fails the test: refusals come before training."""
+    def load_split(heldout):
+        raise Trained
+
+    monkeypatch.setattr(model_cli, "load_split", load_split)
+
+
+@pytest.fixture
+def tiny_corpus(monkeypatch):
+    """A small corpus instead of the stdlib (the checkpoint cases fail before a step)."""
+    split = Split(np.random.default_rng(0).integers(97, 110, 2000).astype(np.uint16), ("x",))
+    monkeypatch.setattr(model_cli, "load_split", lambda heldout: split)
+
+
+def _run(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def _micro_checkpoint(path, step: int) -> None:
+    """A checkpoint of the micro preset at `step`, as `met model train --preset micro` saves it."""
+    model = random_micro()
+    opt = torch.optim.AdamW(model.parameters())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    train_state.save(path, "model", model, opt, np.random.default_rng(0), None, step, {"wall_s": 1.0},
+                     TrainParams(steps=step), model.cfg)
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--steps", "0", "'--steps'"),  # 0 once meant the default 6000
+    ("--batch", "0", "'--batch'"),
+    ("--seq-len", "0", "'--seq-len'"),
+    ("--eval-every", "0", "'--eval-every'"),
+    ("--threads", "-1", "'--threads'"),  # torch refused it with a traceback
+    ("--threads", "100000", "'--threads'"),  # torch crashed the process
+    ("--lr", "0", "--lr 0.0 must be a finite number above 0"),
+    ("--lr", "nan", "--lr nan must be a finite number above 0"),
+])
+@pytest.mark.parametrize("drafter", ["mtp", "dflash"])
+def test_option_values_out_of_range_exit_2(no_training, tmp_path, option, value, message, drafter):
+    # each bad value is named, for both trainers, before any training and before OUT_DIR is made
+    result = _run(*MICRO, "--drafter", drafter, option, value, "--out-dir", str(tmp_path / "run"))
+    assert result.exit_code == 2, result.output
+    assert message in result.output and not (tmp_path / "run").exists()
+
+
+def test_a_seq_len_past_the_presets_context_exits_2(no_training, tmp_path):
+    # micro's context is 128: 127 leaves no room for the 2 MTP targets (train raised a ValueError traceback)
+    result = _run("model", "train", "--preset", "micro", "--seq-len", "127", "--out-dir", str(tmp_path))
+    assert result.exit_code == 2
+    assert "--seq-len 127 leaves no room" in result.output and "--seq-len 126 or less" in result.output
+
+
+def test_omitted_options_are_the_defaults_and_given_ones_kept(tiny_corpus, monkeypatch, tmp_path):
+    # --steps 1 trains 1 step (not `1 or default`); no --steps gives TrainParams' default
+    seen = []
+
+    def train(model, train_split, heldout, params, ckpt, on_step):
+        seen.append(params)
+        raise Trained
+
+    monkeypatch.setattr(model_cli, "train", train)
+    _run(*MICRO, "--steps", "1", "--eval-every", "1", "--lr", "1e-9", "--out-dir", str(tmp_path))
+    _run("model", "train", "--out-dir", str(tmp_path))
+    given, default = seen
+    assert (given.steps, given.eval_every, given.lr, given.batch, given.seq_len) == (1, 1, 1e-9, 2, 16)
+    assert default == TrainParams()
+
+
+@pytest.mark.parametrize("out_dir, message", [
+    ("a-file", "a-file: it is a file, not a folder"),
+    ("a-file/sub", "a-file/sub: Not a directory"),
+    ("/proc/met-test", "/proc/met-test: No such file or directory"),  # /proc takes no new folders
+])
+def test_an_out_dir_that_cannot_be_made_exits_73(no_training, tmp_path, monkeypatch, out_dir, message):
+    # one error line naming the folder, before any training (mkdir raised a traceback)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("")
+    result = _run(*MICRO, "--out-dir", out_dir)
+    assert result.exit_code == 73, result.output
+    assert f"error: cannot write to --out-dir {message}" in result.output and "Traceback" not in result.output
+
+
+def test_dflash_out_dir_that_cannot_be_made_exits_73(no_training, micro_embedded, tmp_path):
+    # the drafter's trainer refuses the same way, before loading its target
+    (tmp_path / "a-file").write_text("")
+    result = _run("model", "train", "--drafter", "dflash", "--target", "micro-t", "--out-dir",
+                  str(tmp_path / "a-file"))
+    assert result.exit_code == 73 and "it is a file, not a folder" in result.output
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"garbage", "is not a readable checkpoint ("),  # an UnpicklingError traceback before
+    (b"", "is not a readable checkpoint (EOFError"),  # printed only "Aborted!"
+])
+def test_a_corrupt_checkpoint_exits_65_naming_it(tiny_corpus, tmp_path, content, message):
+    # the file is named, with what to do; the run does not start over it
+    (tmp_path / "ckpt.pt").write_bytes(content)
+    result = _run(*MICRO, "--steps", "3", "--out-dir", str(tmp_path))
+    assert result.exit_code == 65, result.output
+    assert f"error: {tmp_path / 'ckpt.pt'} {message}" in result.output
+    assert "remove it to train from step 0, or pass another --out-dir" in result.output
+    assert (tmp_path / "ckpt.pt").read_bytes() == content
+
+
+def test_another_presets_checkpoint_exits_65_naming_the_difference(tiny_corpus, tmp_path):
+    # a micro checkpoint resumed with the default preset (a load_state_dict size-mismatch traceback before)
+    _micro_checkpoint(tmp_path / "ckpt.pt", 2)
+    result = _run("model", "train", "--batch", "2", "--seq-len", "16", "--out-dir", str(tmp_path))
+    assert result.exit_code == 65, result.output
+    assert f"{tmp_path / 'ckpt.pt'} was saved for another model: dim 32 (this run: 192)" in result.output
+
+
+def test_a_checkpoint_past_steps_is_refused_not_carded(tiny_corpus, tmp_path):
+    # at step 2, --steps 1 would have written a card claiming 1 step: exit 2, no card
+    _micro_checkpoint(tmp_path / "ckpt.pt", 2)
+    result = _run(*MICRO, "--steps", "1", "--out-dir", str(tmp_path))
+    assert result.exit_code == 2, result.output
+    assert "is already at step 2, past --steps 1; pass --steps 2 or more" in result.output
+    assert not (tmp_path / "micro.card.json").exists()
+
+
+def test_help_lists_the_exit_statuses():
+    # as every other command's help does
+    result = _run("model", "train", "--help")
+    assert result.exit_code == 0
+    assert "Exit statuses:" in result.output
+    for status in ("65 (EX_DATAERR)", "66 (EX_NOINPUT)", "73 (EX_CANTCREAT)", "0<=x<=1024"):
+        assert status in " ".join(result.output.split())
