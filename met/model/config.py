@@ -1,5 +1,6 @@
 """Model configuration: a Llama-architecture transformer with an MTP drafter, plus named presets."""
 
+import math
 from dataclasses import asdict, dataclass, replace
 
 
@@ -25,6 +26,12 @@ class ModelConfig:
     tie_word_embeddings: bool = False  # lm_head is embed_tokens' matrix (Qwen2 small sizes)
 
     def __post_init__(self) -> None:
+        for name in ("n_heads", "n_kv_heads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not (0 < self.rope_theta < math.inf and 0 < self.norm_eps < math.inf):
+            raise ValueError(f"rope_theta and norm_eps must be finite and above 0, got {self.rope_theta}, "
+                             f"{self.norm_eps}")
         if not self.head_size and self.dim % self.n_heads:
             raise ValueError(f"dim {self.dim} is not a multiple of n_heads {self.n_heads}")
         if self.n_heads % self.n_kv_heads:

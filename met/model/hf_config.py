@@ -1,6 +1,7 @@
 """A checkpoint folder's config.json as a ModelConfig: the Llama and Qwen2 families, anything else refused by name."""
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,26 +35,57 @@ def read_hf_config(folder: Path) -> HfConfig:
         shown = ", ".join(map(str, archs)) if archs else f"model_type {doc.get('model_type')!r}"
         raise CheckpointError(f"architecture {shown} is not supported (met loads {', '.join(SUPPORTED)})")
     _refuse_options(doc, arch)
+    path = folder / "config.json"
+    dim, heads = _count(doc, path, "hidden_size"), _count(doc, path, "num_attention_heads")
+    if dim < heads and doc.get("head_dim") is None:
+        raise CheckpointError(f"{path}: hidden_size {dim} is smaller than num_attention_heads {heads} "
+                              "(and no head_dim is given)")
+    head_dim = _count(doc, path, "head_dim", dim // heads)
+    llama_bias = arch == "LlamaForCausalLM" and bool(doc.get("attention_bias", False))
     try:
-        dim, heads = int(doc["hidden_size"]), int(doc["num_attention_heads"])
-        head_dim = int(doc.get("head_dim") or dim // heads)
-        llama_bias = arch == "LlamaForCausalLM" and bool(doc.get("attention_bias", False))
         config = ModelConfig(
-            vocab_size=int(doc["vocab_size"]), dim=dim, n_layers=int(doc["num_hidden_layers"]), n_heads=heads,
-            n_kv_heads=int(doc.get("num_key_value_heads") or heads), ffn_dim=int(doc["intermediate_size"]),
-            max_seq_len=int(doc.get("max_position_embeddings", 2048)), rope_theta=_rope_theta(doc),
-            norm_eps=float(doc.get("rms_norm_eps", 1e-6)), mtp_depth=0,
+            vocab_size=_count(doc, path, "vocab_size"), dim=dim, n_layers=_count(doc, path, "num_hidden_layers"),
+            n_heads=heads, n_kv_heads=_count(doc, path, "num_key_value_heads", heads),
+            ffn_dim=_count(doc, path, "intermediate_size"),
+            max_seq_len=_count(doc, path, "max_position_embeddings", 2048), rope_theta=_rope_theta(doc, path),
+            norm_eps=_positive(doc, path, "rms_norm_eps", 1e-6), mtp_depth=0,
             head_size=head_dim if head_dim != dim // heads or dim % heads else 0,
             attention_bias=arch == "Qwen2ForCausalLM" or llama_bias, output_bias=llama_bias,
             tie_word_embeddings=bool(doc.get("tie_word_embeddings", False)),
         )
-    except KeyError as exc:
-        raise CheckpointError(f"{folder / 'config.json'} has no {exc.args[0]!r}") from None
     except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"{folder / 'config.json'}: {exc}") from None
-    gen = folder / "generation_config.json"
-    eos = _ids(_json(gen).get("eos_token_id")) if gen.exists() else ()
-    return HfConfig(arch, config, eos or _ids(doc.get("eos_token_id")), _hub_id(doc.get("_name_or_path")))
+        raise CheckpointError(f"{path}: {exc}") from None
+    gen, eos, eos_path = folder / "generation_config.json", (), path
+    if gen.exists():  # generation_config.json's ids win; config.json's stand when it names none
+        eos, eos_path = _ids(_json(gen).get("eos_token_id"), gen), gen
+    if not eos:
+        eos, eos_path = _ids(doc.get("eos_token_id"), path), path
+    if bad := [i for i in eos if not 0 <= i < config.vocab_size]:
+        raise CheckpointError(f"{eos_path}: eos_token_id {bad[0]} is outside the vocabulary "
+                              f"(0..{config.vocab_size - 1} by config.json's vocab_size); fix the id or the vocab_size")
+    return HfConfig(arch, config, eos, _hub_id(doc.get("_name_or_path")))
+
+
+def _count(doc: dict, path: Path, key: str, default: int | None = None) -> int:
+    """doc[key] as a positive integer (default when absent or null); CheckpointError naming the field otherwise."""
+    value = doc.get(key)
+    if value is None:
+        if default is None:
+            raise CheckpointError(f"{path} has no {key!r}")
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise CheckpointError(f"{path}: {key} must be a positive integer, got {value!r}")
+    return value
+
+
+def _positive(doc: dict, path: Path, key: str, default: float, where: str = "") -> float:
+    """doc[key] as a finite number above 0 (default when absent or null); CheckpointError naming the field otherwise."""
+    value = doc.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise CheckpointError(f"{path}: {where}{key} must be a finite number above 0, got {value!r}")
+    return float(value)
 
 
 def _json(path: Path) -> dict:
@@ -85,19 +117,21 @@ def _refuse_options(doc: dict, arch: str) -> None:
         raise CheckpointError(f"partial_rotary_factor {doc['partial_rotary_factor']} is not supported")
 
 
-def _rope_theta(doc: dict) -> float:
+def _rope_theta(doc: dict, path: Path) -> float:
     rope = doc.get("rope_parameters")
     if isinstance(rope, dict) and "rope_theta" in rope:
-        return float(rope["rope_theta"])
-    return float(doc.get("rope_theta", 10000.0))
+        return _positive(rope, path, "rope_theta", 10000.0, where="rope_parameters.")
+    return _positive(doc, path, "rope_theta", 10000.0)
 
 
-def _ids(value: object) -> tuple[int, ...]:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return (value,)
-    if isinstance(value, list):
-        return tuple(v for v in value if isinstance(v, int) and not isinstance(v, bool))
-    return ()
+def _ids(value: object, path: Path) -> tuple[int, ...]:
+    """eos_token_id as a tuple of ids (a null is none); CheckpointError for anything but an id or a list of them."""
+    if value is None:
+        return ()
+    ids = value if isinstance(value, list) else [value]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in ids):
+        raise CheckpointError(f"{path}: eos_token_id must be a token id or a list of them, got {value!r}")
+    return tuple(ids)
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")

@@ -4,6 +4,8 @@ import hashlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from met.model.hf_config import CheckpointError
+
 
 class WindowStream:
     """Stream decoding for any tokenizer: decode a short window of tokens, emit what grew past the last emission.
@@ -40,15 +42,24 @@ class WindowStream:
 
 
 class HfTokenizer:
-    """tokenizer.json of a Hugging Face checkpoint; encode adds the special tokens its template adds (e.g. BOS)."""
+    """tokenizer.json of a Hugging Face checkpoint; encode adds the special tokens its template adds (e.g. BOS).
+
+    Raises CheckpointError, naming the file, for one that cannot be read or parsed.
+    """
 
     def __init__(self, path: Path, eos_ids: Iterable[int]) -> None:
         try:
             from tokenizers import Tokenizer as _Tokenizer
         except ImportError:  # pragma: no cover - tokenizers ships with transformers
             raise RuntimeError("reading tokenizer.json needs the `tokenizers` package: pip install tokenizers") from None
-        data = path.read_bytes()
-        self._tok = _Tokenizer.from_str(data.decode("utf-8"))
+        try:
+            data = path.read_bytes()
+            self._tok = _Tokenizer.from_str(data.decode("utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CheckpointError(f"cannot read {path}: {exc}") from None
+        except Exception as exc:  # the tokenizers library raises a bare Exception for a file it cannot parse
+            raise CheckpointError(f"{path} is not a tokenizer.json the tokenizers library reads ({exc}); save one "
+                                  "with AutoTokenizer.from_pretrained(...).save_pretrained(folder)") from None
         self.name = f"hf-{hashlib.sha256(data).hexdigest()[:16]}"
         self.eos_ids = frozenset(eos_ids)
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)

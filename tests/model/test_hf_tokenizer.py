@@ -4,6 +4,7 @@ import pytest
 
 from checkpoint_helpers import tokenizer
 from met.engine.textstream import TextStream
+from met.model.hf_config import CheckpointError
 from met.model.hf_tokenizer import HfTokenizer, WindowStream
 from met.model.tokenizer import BYTES
 
@@ -66,3 +67,16 @@ def test_byte_tokenizer_keeps_its_meaning():
     assert BYTES.eos_ids == {257} and BYTES.name == "byte" and BYTES.vocab_size == 258
     with pytest.raises(ValueError, match="outside the vocabulary"):
         BYTES.stream().add(300)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"garbage", "is not a tokenizer.json the tokenizers library reads (expected value"),  # was a bare Exception
+    (b"{}", "is not a tokenizer.json the tokenizers library reads"),
+    (b"\xff\xfe", "cannot read"),  # not UTF-8
+])
+def test_an_unreadable_tokenizer_json_is_a_checkpoint_error(tmp_path, content, message):
+    # CheckpointError (the CLIs' exit 65) naming the file, not the tokenizers library's bare Exception
+    (tmp_path / "tokenizer.json").write_bytes(content)
+    with pytest.raises(CheckpointError) as err:
+        HfTokenizer(tmp_path / "tokenizer.json", [1])
+    assert message in str(err.value) and str(tmp_path / "tokenizer.json") in str(err.value)
