@@ -23,7 +23,7 @@ from met.model.weights import save_weights, write_card
 
 _D = TrainParams()
 _DF = DflashTrainParams()
-MAX_THREADS = 1024  # far above any box's cores; torch asked for 100000 threads crashed the process
+MAX_THREADS = 1024  # as met.engine.identity.MAX_THREADS (model imports nothing above it); 100000 crashed torch
 model_app = typer.Typer(help="Train and inspect the embedded model recipe.", no_args_is_help=True, rich_markup_mode=None)
 console = Console(stderr=True)
 
