@@ -6,17 +6,53 @@ re-raises the signal it caught to the handler that was installed before it; `run
 that only records the signal, so the process ends with status 0 instead of dying by the signal.
 """
 
+import errno
 import signal
+import socket
 import threading
 from collections.abc import Callable
 
 import uvicorn
 from fastapi import FastAPI
 
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's; any other is a KeyError in it
+# what to do about the bind errors an operator can fix; others are reported with the OS's words
+BIND_HINTS = {errno.EADDRINUSE: "the address is already in use; stop what listens there or pass another --port",
+              errno.EADDRNOTAVAIL: "not an address of this machine; pass --host 127.0.0.1, 0.0.0.0 or one of its own",
+              errno.EACCES: "permission denied; pass a --port above 1023 or run with the privilege to bind it"}
+
+
+class BindError(Exception):
+    """The server cannot listen on host:port; the message names both and what to do."""
+
+
+def check_bind(host: str, port: int) -> None:
+    """Bind (and release) every address host:port resolves to, as uvicorn's asyncio server will; BindError if one fails.
+
+    A port held by another server, a host that does not resolve or is not this machine's fail
+    here in milliseconds, before the model loads, instead of in uvicorn after it.
+    """
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise BindError(f"cannot listen on {where}: the host does not resolve ({exc}); pass --host 127.0.0.1, "
+                        "0.0.0.0 or an address of this machine") from None
+    for family, kind, proto, _, address in dict.fromkeys(infos):
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio's create_server
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                why = BIND_HINTS.get(exc.errno, exc.strerror or str(exc))
+                raise BindError(f"cannot listen on {where}: {why}") from None
+
 
 def run(app: FastAPI, host: str, port: int, log_level: str = "info",
         on_started: Callable[[uvicorn.Server], None] | None = None) -> int:
-    """Serve until SIGTERM/SIGINT, drain, and return the exit status (0)."""
+    """Serve until SIGTERM/SIGINT, drain, and return the exit status (0); BindError if uvicorn cannot listen."""
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
                                            timeout_graceful_shutdown=None))
     caught: list[int] = []
@@ -28,6 +64,10 @@ def run(app: FastAPI, host: str, port: int, log_level: str = "info",
         threading.Thread(target=_when_started, args=(server, on_started), daemon=True).start()
     try:
         server.run()
+    except SystemExit:
+        if not server.started:  # uvicorn exits 3 when it cannot bind: say why, as check_bind would have
+            check_bind(host, port)
+        raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
