@@ -10,8 +10,7 @@ import typer
 from rich.console import Console
 
 from met.bench.tables_cli import measured_ago
-from met.engine.identity import (RunSettings, apply_threads, box_class as derive_box_class, default_device,
-                                 default_dtype)
+from met.engine.identity import MAX_THREADS, RunSettings, box_class as derive_box_class, resolve_run
 from met.engine.policy import SERVE_SPECS, PolicyConfig
 from met.exit_codes import EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE
 from met.model.dflash import DrafterError, load_drafter, shipped_path
@@ -70,7 +69,8 @@ def serve(
         help="Torch device (default: cuda if available, else cpu).", show_default=False)] = None,
     dtype: Annotated[str | None, typer.Option(
         help="Model dtype (default: bfloat16 on cuda, float32 on cpu).", show_default=False)] = None,
-    threads: Annotated[int, typer.Option(min=0, help="torch CPU threads (0: the default, as the bench: 1 on a CPU).")] = 0,
+    threads: Annotated[int, typer.Option(min=0, max=MAX_THREADS,
+                                         help="torch CPU threads (0: the default, as the bench: 1 on a CPU).")] = 0,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8000,
     api_key: Annotated[list[str] | None, typer.Option(
@@ -80,15 +80,17 @@ def serve(
         help="File of `KEY TENANT` lines: each key's requests share lookups only within its tenant.",
         show_default=False)] = None,
     tui_: Annotated[bool, typer.Option("--tui", help="Show the live dashboard in this terminal.")] = False,
-    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    log_level: Annotated[str, typer.Option(help=f"uvicorn log level: {' | '.join(server.LOG_LEVELS)}.")] = "info",
 ) -> None:
     """Serve an OpenAI-compatible API (/v1/completions, /v1/models, /v1/snapshot, /health, /metrics).
 
     Exit statuses: 0 drained and stopped (SIGTERM or Ctrl-C); 2 bad option; 65 (EX_DATAERR) the cost
     table or calibration is missing or invalid, or the keys file is, or the checkpoint folder cannot be
     served (unsupported architecture), or the DFlash drafter is not this model's; 66 (EX_NOINPUT) the
-    recipe's weights, the folder's files, the keys file or the DFlash drafter are missing; 69 (EX_UNAVAILABLE) the --energy source does not work here;
-    78 (EX_CONFIG) the table or calibration was measured under another key (each mismatch listed).
+    recipe's weights, the folder's files, the keys file or the DFlash drafter are missing; 69 (EX_UNAVAILABLE)
+    the --energy source does not work here, or it cannot listen on --host:--port (in use, not this machine's
+    address, or does not resolve; checked before the model loads); 78 (EX_CONFIG) the table or
+    calibration was measured under another key (each mismatch listed).
     """
     if spec is not None and spec not in SERVE_SPECS:
         raise typer.BadParameter(f"{spec!r} is not one of {', '.join(SERVE_SPECS)}", param_hint="--spec")
@@ -100,12 +102,13 @@ def serve(
                                  "(use --spec mtp or --spec-cost-model static)", param_hint="--spec-cost-model")
     if energy not in ENERGY:
         raise typer.BadParameter(f"{energy!r} is not one of {', '.join(ENERGY)}", param_hint="--energy")
+    if log_level.lower() not in server.LOG_LEVELS:
+        raise typer.BadParameter(f"{log_level!r} is not one of {', '.join(server.LOG_LEVELS)}",
+                                 param_hint="--log-level")
     keys = _keys(api_key or [], api_keys_file)
-    device = device or default_device()
-    apply_threads(device, threads)
     try:
-        settings = RunSettings(dtype or default_dtype(device), device, torch.get_num_threads())
-        box = derive_box_class(device, box_class)
+        settings = resolve_run(device, dtype, threads)
+        box = derive_box_class(settings.device, box_class)
     except (RuntimeError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from None
     try:
@@ -128,6 +131,10 @@ def serve(
         except BootError as exc:
             raise _fail(exc.code, *exc.lines) from None
     try:
+        server.check_bind(host, port)  # a port in use fails now, not after the model loads
+    except server.BindError as exc:
+        raise _fail(EX_UNAVAILABLE, f"error: {exc}") from None
+    try:
         net = recipe.load(getattr(torch, settings.dtype), settings.device)
     except RecipeError as exc:
         raise _fail(EX_DATAERR if isinstance(exc, CheckpointError) else EX_NOINPUT, f"error: {exc}") from None
@@ -144,11 +151,14 @@ def serve(
                             max_batch, context_len(recipe, max_len), cost_state, keys, tokenizer, block)
     _banner(service, recipe.id, host, port, settings, box, table if cost_state else None, cost_state, keys)
     app = create_app(service)
-    if tui_:
-        with tui.live_local(service.scheduler.cell):
-            code = server.run(app, host, port, "warning")
-    else:
-        code = server.run(app, host, port, log_level)
+    try:
+        if tui_:
+            with tui.live_local(service.scheduler.cell):
+                code = server.run(app, host, port, "warning")
+        else:
+            code = server.run(app, host, port, log_level)
+    except server.BindError as exc:  # taken while the model loaded
+        raise _fail(EX_UNAVAILABLE, f"error: {exc}") from None
     raise typer.Exit(code)
 
 
@@ -201,12 +211,17 @@ def top(
     interval: Annotated[float, typer.Option(min=0.1, help="Seconds between polls.")] = 1.0,
     once: Annotated[bool, typer.Option("--once", help="Print one frame and exit.")] = False,
 ) -> None:
-    """Show a running server's live snapshot (GET /v1/snapshot). Exit 69 if it cannot be reached."""
+    """Show a running server's live snapshot (GET /v1/snapshot).
+
+    Exit 69 if it cannot be reached, or answers no met snapshot.
+    """
     try:
         if once:
             Console().print(tui.render(tui.fetch(url, api_key), url))
         else:
             tui.watch(url, api_key, interval)
+    except tui.NotASnapshot as exc:
+        raise _fail(EX_UNAVAILABLE, f"error: {exc}") from None
     except httpx.HTTPStatusError as exc:
         hint = "; pass --api-key" if exc.response.status_code == 401 else ""
         raise _fail(EX_UNAVAILABLE, f"error: {url} answered {exc.response.status_code}{hint}") from None

@@ -151,6 +151,10 @@ def test_cli_bad_options_exit_2(recipe, tmp_path):
     r = CliRunner().invoke(app, ["serve", "--model", "micro-t", "--spec", "ngram", "--spec-cost-model", "measured"])
     assert r.exit_code == 2 and "calibrated drafter" in r.output
     assert CliRunner().invoke(app, ["serve", "--spec", "eagle"]).exit_code == 2
+    for args, words in [(["--dtype", "int8"], "--dtype 'int8'"), (["--device", "bogus"], "--device 'bogus'"),
+                        (["--threads", "100000"], "--threads")]:  # each was a traceback, or a crash, at load
+        r = CliRunner().invoke(app, ["serve", "--model", "micro-t", "--spec", "off", *args])
+        assert r.exit_code == 2 and words in r.output, r.output
 
 
 def test_cli_serves_dflash_with_its_drafter_and_refuses_a_missing_or_foreign_one(recipe, tmp_path, monkeypatch):
