@@ -160,7 +160,7 @@ def read_existing(path: Path) -> Existing:
 
 
 def foreign_calibration(path: Path) -> str | None:
-    """Why the file at `path` is no met calibration (not TOML, or without `schema` and `[drafter]`); None if absent or ours."""
+    """Why the file at `path` is no met calibration (not TOML, or no `schema` and `[drafter]`); None: absent or ours."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
