@@ -41,7 +41,8 @@ def summary(o: Output, text: str) -> dict:
     return {
         "text": text,
         "tokens": len(o.tokens),
-        "tokens_per_s": round(len(o.tokens) / o.decode_s, 2) if o.decode_s > 0 else None,
+        # None without a decode step: the one token came from prefill, over a decode time of ~0
+        "tokens_per_s": round(len(o.tokens) / o.decode_s, 2) if o.steps and o.decode_s > 0 else None,
         "prefill_s": round(o.prefill_s, 6),
         "steps": o.steps,
         "drafts_proposed": o.proposed,
@@ -111,16 +112,17 @@ def generate(
     runner = ModelRunner(net, max_batch=batch, max_len=context_len(r, max_len), track_mtp=spec == "mtp",
                          dflash=block)
     sampling = Sampling(temperature, top_p, seed)
+    encoded = [tokenizer.encode(t) for t in texts]
+    for i, (t, e) in enumerate(zip(texts, encoded), 1):  # every prompt before any runs: no half-done output
+        where = "--prompt" if prompts is None else f"{prompts} prompt {i}"
+        if not e:
+            raise _fail(f"{where}: {t[:40]!r} encodes to no tokens", 2)
+        if len(e) + max_tokens > runner.max_len:  # drafts are clamped to the room left, as the serve's
+            raise _fail(f"{where}: {len(e)} tokens + --max-tokens {max_tokens} exceeds the context of "
+                        f"{runner.max_len}; ask for at most {max(0, runner.max_len - len(e))}", 2)
     for start in range(0, len(texts), batch):
-        chunk = texts[start : start + batch]
-        encoded = [tokenizer.encode(t) for t in chunk]
-        lookahead = runner.dflash.block if runner.dflash is not None else depth
-        for t, e in zip(chunk, encoded):
-            if not e:
-                raise _fail(f"the prompt {t[:40]!r} encodes to no tokens", 2)
-            if len(e) + max_tokens + lookahead + 1 > runner.max_len:
-                raise _fail(f"prompt of {len(e)} tokens + {max_tokens} new exceeds the context of {runner.max_len}", 2)
-        outs = run_generate(runner, encoded, max_tokens, spec, depth, sampling, eos_ids=tokenizer.eos_ids)
+        outs = run_generate(runner, encoded[start : start + batch], max_tokens, spec, depth, sampling,
+                            eos_ids=tokenizer.eos_ids)
         for o in outs:
             text = tokenizer.decode(o.tokens)
             typer.echo(json.dumps(summary(o, text)) if as_json else text)

@@ -41,3 +41,22 @@ def test_a_prompts_file_with_a_lone_surrogate_exits_65_naming_the_line(tmp_path)
     assert result.exit_code == EX_DATAERR and f"{f}:2: is not valid Unicode text" in result.output
     result = runner.invoke(app, ["generate", "--prompts", str(tmp_path)])
     assert result.exit_code == EX_DATAERR and "is a folder" in result.output
+
+
+def test_the_context_check_counts_no_drafts_and_runs_before_any_prompt(tmp_path):
+    # drafts are clamped to the room left, so a prompt + max_tokens that fits runs under every spec (was
+    # refused with --depth added even for --spec off); a file's too-long prompt is refused before any output
+    result = runner.invoke(app, ["generate", "--prompt", "x", "--max-tokens", "1024"])
+    assert result.exit_code == 2 and "ask for at most 1023" in result.output
+    f = tmp_path / "p.jsonl"
+    f.write_text('"short"\n"' + "y" * 1020 + '"\n')
+    result = runner.invoke(app, ["generate", "--prompts", str(f), "--max-tokens", "8"])
+    assert result.exit_code == 2 and f"{f} prompt 2: 1020 tokens" in result.output
+    assert result.stdout == ""  # the first prompt did not run either
+
+
+def test_json_has_no_rate_without_a_decode_step():
+    # at --max-tokens 1 the token comes from prefill: no decode time to divide by (was millions of tok/s)
+    import json
+    result = runner.invoke(app, ["generate", "--prompt", "x", "--max-tokens", "1", "--json"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["tokens_per_s"] is None
