@@ -210,7 +210,11 @@ def measured_ago(meta: Mapping[str, object], now: datetime | None = None) -> str
 
 @tables_app.command("show")
 def show(path: TableArg, calibration: CalibrationOpt = None, slack: SlackOpt = 0.1) -> None:
-    """Show a cost table per width: cost per depth, and with --calibration what each depth delivers."""
+    """Show a cost table per width: cost per depth, and with --calibration what each depth delivers.
+
+    Exit statuses: 0 shown; 2 bad option; 65 (EX_DATAERR) the file (or --calibration) is invalid, or
+    is a calibration where a table belongs (or the reverse); 66 (EX_NOINPUT) a file is missing.
+    """
     try:
         table = load(path)
         if not isinstance(table, CostTable):
@@ -227,8 +231,14 @@ def show(path: TableArg, calibration: CalibrationOpt = None, slack: SlackOpt = 0
                   f"'{escape(key.recipe)}', energy_source '{key.energy_source}'" + (f"; {when}" if when else ""),
                   highlight=False)
     if cal is not None:
+        source = "the position priors" if cal.position_priors else "the overall rate (no position priors)"
         console.print(f"calibration: drafter {escape(str(cal.drafter))}, {cal.outcomes} outcomes; expected tokens from "
-                      f"the position priors; plan: the planner's depth at slack {slack:g}", highlight=False)
+                      f"{source}; plan: the planner's depth at slack {slack:g}", highlight=False)
+        drafted_for = f"{cal.drafter.name}@{cal.drafter.digest}"
+        if cal.drafter.kind == "mtp" and drafted_for != key.recipe:  # the serve refuses this pair (78)
+            typer.echo(f"warning: the calibration was fitted on {drafted_for}'s MTP drafter and the table measured "
+                       f"{key.recipe}; met serve refuses such a pair (exit 78), so these plans are no serve's",
+                       err=True)
     for n in table.widths:
         console.print(_width_table(table, cal, n, slack))
 

@@ -103,6 +103,9 @@ def generate(
         r = resolve(model)
         if spec == "mtp" and r.config.mtp_depth == 0:
             raise _fail(f"{r.name} has no MTP module to draft with; use --spec ngram or --spec prompt-lookup", 2)
+        if max_len == 1 or max_len > r.config.max_seq_len:
+            raise _fail(f"--max-len {max_len} is not a context {r.name} can run: 2..{r.config.max_seq_len} tokens, "
+                        "or 0 for the model's own", 2)
         tokenizer = tokenizer_for(r)
         net = r.load(torch_dtype, device)
     except RecipeError as e:

@@ -116,6 +116,10 @@ def serve(
         tokenizer = tokenizer_for(recipe)
     except RecipeError as exc:
         raise _fail(EX_DATAERR if isinstance(exc, CheckpointError) else EX_NOINPUT, f"error: {exc}") from None
+    if max_len == 1 or max_len > recipe.config.max_seq_len:
+        raise typer.BadParameter(f"{max_len} is not a context {recipe.name} can serve: 2..{recipe.config.max_seq_len} "
+                                 "tokens (a prompt and one new token at least), or 0 for the model's own",
+                                 param_hint="--max-len")
     if spec is None:
         spec = "mtp" if recipe.config.mtp_depth or spec_cost_model == "measured" else "prompt-lookup"
     if spec == "mtp" and not recipe.config.mtp_depth:
@@ -174,7 +178,10 @@ def _keys(api_keys: list[str], keys_file: Path | None) -> KeyRing:
     for key in api_keys:
         if not key.strip():
             raise typer.BadParameter("an API key must not be empty", param_hint="--api-key")
-        keys.setdefault(key, DEFAULT_TENANT)
+        if key in keys:  # as a key given twice in the file: which tenant it speaks for must not be a guess
+            raise typer.BadParameter(f"a key given here is also in --api-keys-file (tenant {keys[key]!r}); give "
+                                     "each key once", param_hint="--api-key")
+        keys[key] = DEFAULT_TENANT
     return KeyRing(keys)
 
 
@@ -208,12 +215,13 @@ def _loopback(host: str) -> bool:
 def top(
     url: Annotated[str, typer.Option(help="Base URL of a running met serve.")] = "http://127.0.0.1:8000",
     api_key: Annotated[str | None, typer.Option(help="API key, if the server wants one.", show_default=False)] = None,
-    interval: Annotated[float, typer.Option(min=0.1, help="Seconds between polls.")] = 1.0,
+    interval: Annotated[float, typer.Option(min=0.1, max=3600.0, help="Seconds between polls.")] = 1.0,
     once: Annotated[bool, typer.Option("--once", help="Print one frame and exit.")] = False,
 ) -> None:
     """Show a running server's live snapshot (GET /v1/snapshot).
 
-    Exit 69 if it cannot be reached, or answers no met snapshot.
+    Exit statuses: 0 stopped (Ctrl-C) or --once drawn; 2 bad option; 69 (EX_UNAVAILABLE) the URL
+    cannot be reached, is invalid, or answers no met snapshot.
     """
     try:
         if once:

@@ -251,3 +251,13 @@ def test_met_tables_is_wired_into_met(tmp_path):
 
     result = runner.invoke(app, ["tables", "check", "--no-key", str(write(tmp_path, TABLE))])
     assert result.exit_code == EX_OK and "valid cost table" in result.stdout
+
+
+def test_show_warns_when_the_calibration_is_another_models(tmp_path):
+    # the serve refuses this pair with 78; show still draws it, but says so (it paired them silently)
+    table = write(tmp_path, TABLE)
+    mine = write(tmp_path, calibration_text().replace("met-tiny-py-mtp", "met-tiny-py"), "cal.toml")  # as the bench
+    assert "warning" not in tables("show", str(table), "--calibration", str(mine)).stderr
+    other = write(tmp_path, calibration_text().replace("met-tiny-py-mtp", "other-model"), "other.toml")
+    result = tables("show", str(table), "--calibration", str(other))
+    assert result.exit_code == EX_OK and "warning: the calibration was fitted on other-model@" in result.stderr

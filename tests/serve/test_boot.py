@@ -147,12 +147,17 @@ def test_cli_boots_on_a_matching_table(recipe, tmp_path, monkeypatch):
 
 
 def test_cli_bad_options_exit_2(recipe, tmp_path):
+    keys_file = tmp_path / "keys"  # k1 belongs to tenant-a here: --api-key k1 beside it was silently re-tenanted
+    keys_file.write_text("k1 tenant-a\n")
     # measured with a host drafter, an unknown spec: usage errors, nothing loaded
     r = CliRunner().invoke(app, ["serve", "--model", "micro-t", "--spec", "ngram", "--spec-cost-model", "measured"])
     assert r.exit_code == 2 and "calibrated drafter" in r.output
     assert CliRunner().invoke(app, ["serve", "--spec", "eagle"]).exit_code == 2
     for args, words in [(["--dtype", "int8"], "--dtype 'int8'"), (["--device", "bogus"], "--device 'bogus'"),
-                        (["--threads", "100000"], "--threads")]:  # each was a traceback, or a crash, at load
+                        (["--threads", "100000"], "--threads"),  # each was a traceback, or a crash, at load
+                        (["--max-len", "1"], "2..128 tokens"),  # a server that could serve nothing
+                        (["--max-len", "5000"], "2..128 tokens"),  # past the model's context: was cut silently
+                        (["--api-key", "k1", "--api-keys-file", str(keys_file)], "also in --api-keys-file")]:
         r = CliRunner().invoke(app, ["serve", "--model", "micro-t", "--spec", "off", *args])
         assert r.exit_code == 2 and words in r.output, r.output
 

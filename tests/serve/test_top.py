@@ -99,3 +99,10 @@ def test_dashboard_frame_shows_depth_why_acceptance_and_energy():
     for words in ("planned depth 2", "k=2: the most tokens/J", "83.3%", "0.02 J/token", "41.0 tok/s",
                   "queued 1", "failed ticks 1"):
         assert words in text, words
+
+
+@pytest.mark.parametrize("interval", ["inf", "1e308", "0.01", "nan"])
+def test_an_interval_out_of_range_exits_2(interval):
+    # inf overflowed time.sleep after the first frame; below 0.1 s polls the server too hard
+    result = CliRunner().invoke(app, ["top", "--url", "http://127.0.0.1:9", "--interval", interval])
+    assert result.exit_code == 2 and "--interval" in result.output
