@@ -12,6 +12,7 @@ import os
 import platform
 import shlex
 import sys
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -26,6 +27,7 @@ from met.bench.policies_report import Row, checks, document, markdown, summarise
 from met.bench.meters import ENERGY_CHOICES
 from met.bench.progress import Reporter
 from met.bench.spec_cost_cli import EX_USAGE, parse_widths
+from met.bench.table_files import commit, stage
 from met.engine.identity import RunSettings, box_class, device_name, resolve_run
 from met.exit_codes import EX_CANTCREAT, EX_NOINPUT, EX_OK, EX_SOFTWARE
 from met.model.recipes import DEFAULT_RECIPE, RecipeError, embedded
@@ -113,7 +115,7 @@ def policies(
     the recipe's weights or the held-out files are missing; 69 (EX_UNAVAILABLE) the --energy source
     does not work here; 70 (EX_SOFTWARE) greedy outputs differ between policies or concurrencies, or a
     request failed (results are still written; each difference is named); 73 (EX_CANTCREAT) the results
-    could not be written; 78 (EX_CONFIG) the table or calibration was measured under another key.
+    could not be written (the folder is checked before anything runs; the report is printed either way); 78 (EX_CONFIG) the table or calibration was measured under another key.
     """
     base = QUICK if quick else DEFAULTS
     names = _policy_names(policies_)
@@ -158,6 +160,7 @@ def policies(
                                 concurrencies, repeats or base["repeats"])
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+    _check_out_dir(out_dir)
     model = model_recipe.load(getattr(torch, settings.dtype), settings.device)
     load = os.getloadavg()
     with Reporter(quiet) as reporter:
@@ -188,8 +191,8 @@ def policies(
                                       f"after byte {pol.PROMPT_OFFSET}"},
     }
     report = markdown(meta, rows, results, problems)
+    typer.echo(report)  # first: should the writes fail, the run's results are still on the screen
     _write(out_dir, meta, report, document(meta, rows, results, runs, problems), rows)
-    typer.echo(report)
     if problems:
         lines = [f"error: greedy outputs differ in {len(problems)} request(s); speculation must never change "
                  "greedy text:"] + [f"  {p.message()}" for p in problems[:10]]
@@ -239,18 +242,41 @@ def _command(recipe: str, workload: pol.Workload, names: list[str], table: Path 
     return shlex.join([*args, "--out-dir", str(out_dir)])
 
 
-def _write(out_dir: Path, meta: dict, report: str, doc: dict, rows: list[Row]) -> None:
-    """The JSON, the markdown, then the PNG (only a warning without matplotlib)."""
+def _check_out_dir(out_dir: Path) -> None:
+    """Exit 73 before anything runs if the results could not be written there (a file in the way, no permission)."""
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / OUT_NAMES[0]).write_text(json.dumps(doc, indent=1) + "\n")
-        (out_dir / OUT_NAMES[1]).write_text(report)
+        tempfile.TemporaryFile(dir=out_dir).close()
+        taken = [name for name in OUT_NAMES if (out_dir / name).is_dir()]
+        if taken:
+            raise OSError(f"{out_dir / taken[0]} is a folder")
     except OSError as exc:
-        raise _fail(EX_CANTCREAT, f"error: cannot write the results under {out_dir}: {exc}") from None
+        why = exc.strerror or str(exc)
+        raise _fail(EX_CANTCREAT, f"error: cannot write the results under {out_dir}: {why}; nothing was run") from None
+
+
+def _write(out_dir: Path, meta: dict, report: str, doc: dict, rows: list[Row]) -> None:
+    """The JSON, the markdown and the PNG (none without matplotlib, with a warning), all staged, then each renamed.
+
+    A set is replaced whole or not at all (but for a failure between the renames): no new JSON
+    beside an old plot.
+    """
+    staged: list[tuple[Path, Path]] = []
     try:
-        plot(rows, f"tokens/s by concurrency: {meta['recipe']} on {meta['machine']['box_class']}",
-             out_dir / OUT_NAMES[2])
-    except PlotUnavailable as exc:
-        typer.echo(f"warning: no {OUT_NAMES[2]}: {exc}", err=True)
+        staged.append((stage(out_dir / OUT_NAMES[0], json.dumps(doc, indent=1) + "\n"), out_dir / OUT_NAMES[0]))
+        staged.append((stage(out_dir / OUT_NAMES[1], report), out_dir / OUT_NAMES[1]))
+        fd, png = tempfile.mkstemp(prefix=f".{OUT_NAMES[2]}.", suffix=".tmp", dir=out_dir)
+        os.close(fd)
+        staged.append((Path(png), out_dir / OUT_NAMES[2]))
+        try:
+            plot(rows, f"tokens/s by concurrency: {meta['recipe']} on {meta['machine']['box_class']}", Path(png))
+        except PlotUnavailable as exc:
+            typer.echo(f"warning: no {OUT_NAMES[2]}: {exc}", err=True)
+            staged.pop()[0].unlink()
+        for temp, path in staged:
+            commit(temp, path)
     except OSError as exc:
-        raise _fail(EX_CANTCREAT, f"error: cannot write {out_dir / OUT_NAMES[2]}: {exc}") from None
+        for temp, _ in staged:
+            temp.unlink(missing_ok=True)
+        raise _fail(EX_CANTCREAT, f"error: cannot write the results under {out_dir}: {exc.strerror or exc}; "
+                    "the report above was not saved") from None

@@ -16,7 +16,7 @@ from met.bench.policies_report import checks, median_interval, paired_ratio, pri
 from met.cli import app
 from met.engine.identity import MODES, RunSettings, mtp_drafter_key, serve_table_key
 from met.engine.policy_base import PlainPolicy
-from met.exit_codes import EX_CONFIG, EX_DATAERR, EX_OK, EX_SOFTWARE
+from met.exit_codes import EX_CANTCREAT, EX_CONFIG, EX_DATAERR, EX_OK, EX_SOFTWARE
 from met.speculative.spec_capacity import DEFAULT_POOLS
 from met.speculative.spec_cost import (AcceptanceCalibration, Cell, CostTable, PositionPrior, SpecCostState,
                                        TableKey)
@@ -204,6 +204,40 @@ def test_cli_quick_writes_json_markdown_and_png(cli_env):
     assert "bonus token NOT counted" in md
     if _has_matplotlib():
         assert (tmp_path / "out" / "policies.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_refuses_an_out_dir_it_cannot_write_before_running(cli_env, monkeypatch):
+    # a file where the folder goes, or a folder where a result goes: 73 at once (it ran the whole benchmark first)
+    tmp_path, args = cli_env
+    monkeypatch.setattr(pol, "run_all", lambda *a, **k: pytest.fail("the benchmark ran"))
+    (tmp_path / "afile").write_text("x")
+    result = CliRunner().invoke(app, [*args, "--out-dir", str(tmp_path / "afile")])
+    assert result.exit_code == EX_CANTCREAT and "nothing was run" in result.output
+    (tmp_path / "d" / "policies.md").mkdir(parents=True)
+    result = CliRunner().invoke(app, [*args, "--out-dir", str(tmp_path / "d")])
+    assert result.exit_code == EX_CANTCREAT and "policies.md is a folder" in result.output
+
+
+def test_cli_replaces_the_result_set_whole_or_not_at_all(cli_env, monkeypatch):
+    # the markdown cannot be staged: the old JSON stays (a new JSON beside an old plot before); the report is shown
+    import errno
+
+    tmp_path, args = cli_env
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "policies.json").write_text("old\n")
+    real_stage = policies_cli.stage
+
+    def full(path, text):
+        if path.name == "policies.md":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_stage(path, text)
+
+    monkeypatch.setattr(policies_cli, "stage", full)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == EX_CANTCREAT and "the report above was not saved" in result.output
+    assert "| policy | concurrency |" in result.output  # the results, on the screen at least
+    assert (out / "policies.json").read_text() == "old\n" and sorted(p.name for p in out.iterdir()) == ["policies.json"]
 
 
 def test_cli_fails_with_70_naming_the_policy_whose_output_differs(cli_env, monkeypatch):
