@@ -1,5 +1,6 @@
 """The recipe registry: a recipe is a name, a config and a weights file with its digest."""
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from met.model.weights import file_digest, load_model, read_card
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
 DEFAULT_RECIPE = "met-tiny-py"
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")  # a file name in WEIGHTS_DIR: no folder, no leading dot
 
 
 class RecipeError(Exception):
@@ -43,19 +45,68 @@ class Recipe:
 
 
 def embedded(name: str = DEFAULT_RECIPE, verify: bool = True) -> Recipe:
-    """A recipe shipped in the package (weights under met/model/weights/); verify checks the digest."""
+    """A recipe shipped in the package (weights under met/model/weights/); verify checks the digest.
+
+    RecipeError when there is no such recipe (or name is not a plain name); CheckpointError, the
+    subclass commands exit 65 with, when its card is there but damaged.
+    """
+    if not _PLAIN_NAME.fullmatch(name) or ".." in name:
+        raise RecipeError(f"{_shown(name)} is not an embedded recipe's name (a plain name of letters, digits, "
+                          f"'.', '_' and '-'; known: {_known()})")
     weights = WEIGHTS_DIR / f"{name}.safetensors"
     card_path = WEIGHTS_DIR / f"{name}.card.json"
-    if not weights.exists() or not card_path.exists():
-        known = sorted(p.name.removesuffix(".safetensors") for p in WEIGHTS_DIR.glob("*.safetensors")
-                       if not p.name.endswith(".dflash.safetensors"))  # drafters ship beside their recipes
-        raise RecipeError(f"no embedded recipe {name!r} (known: {', '.join(known) or 'none'}); "
-                          f"train one with: met model train")
-    card = read_card(card_path)
+    if not _is_file(weights) or not _is_file(card_path):
+        raise RecipeError(f"no embedded recipe {_shown(name)} (known: {_known()}); train one with: met model train")
+    try:
+        card = read_card(card_path)
+    except OSError as exc:
+        raise RecipeError(f"cannot read {card_path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise _damaged(str(exc)) from None
     if "drafter" in card:
         raise RecipeError(f"{name!r} is the {card['drafter']} drafter of {card.get('target')}, not a recipe")
-    config = ModelConfig(**card["config"])
-    if verify and (actual := file_digest(weights)) != card["digest"]:
-        raise RecipeError(f"{weights} has digest {actual}, but its card says {card['digest']}; "
-                          f"the weights were replaced without their card")
-    return Recipe(name, config, weights, card["digest"], card)
+    config, digest = card.get("config"), card.get("digest")
+    for key, value, kind, what in (("config", config, dict, "a JSON object"), ("digest", digest, str, "a string")):
+        if key not in card:
+            raise _damaged(f"{card_path} has no {key!r}")
+        if not isinstance(value, kind):
+            raise _damaged(f"{card_path}: {key} must be {what}, got {value!r:.80}")
+    try:
+        config = ModelConfig(**config)
+    except (TypeError, ValueError) as exc:  # a field ModelConfig lacks, a value of the wrong type or out of range
+        raise _damaged(f"{card_path}: config: {exc}") from None
+    if verify:
+        try:
+            actual = file_digest(weights)
+        except OSError as exc:
+            raise RecipeError(f"cannot read {weights}: {exc.strerror or exc}") from None
+        if actual != digest:
+            raise RecipeError(f"{weights} has digest {actual}, but its card says {digest}; "
+                              f"the weights were replaced without their card")
+    return Recipe(name, config, weights, digest, card)
+
+
+def _known() -> str:
+    """The embedded recipes' names, comma-separated (drafters, which ship beside their recipes, left out)."""
+    known = sorted(p.name.removesuffix(".safetensors") for p in WEIGHTS_DIR.glob("*.safetensors")
+                   if not p.name.endswith(".dflash.safetensors"))
+    return ", ".join(known) or "none"
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # a name past the file system's limit (ENAMETOOLONG) names no file
+        return False
+
+
+def _shown(name: str) -> str:
+    """name quoted, cut short when it is too long to read in a message."""
+    return repr(name) if len(name) <= 64 else f"{name[:60]!r}... ({len(name)} characters)"
+
+
+def _damaged(message: str) -> RecipeError:
+    """A card that is there but damaged: invalid data, so a CheckpointError (commands exit 65 with it)."""
+    from met.model.hf_config import CheckpointError  # not at the top: it imports this module
+
+    return CheckpointError(f"{message}; reinstall met to restore the card it ships")

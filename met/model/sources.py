@@ -25,8 +25,8 @@ class Source(NamedTuple):
 
 
 def is_path(spec: str) -> bool:
-    """Whether --model names a folder rather than an embedded recipe: an existing directory, or a path-like name."""
-    return Path(spec).expanduser().is_dir() or spec.startswith((".", "~", "/")) or "/" in spec
+    """Whether --model names a folder rather than an embedded recipe: a path-like name, or an existing directory."""
+    return spec.startswith((".", "~", "/")) or "/" in spec or _is_dir(spec)
 
 
 def resolve(spec: str) -> Recipe:
@@ -39,16 +39,23 @@ def resolve(spec: str) -> Recipe:
 def recipe_name(spec: str) -> str:
     """The name tables are filed under: the embedded recipe's, or the folder's model name (reads config.json only)."""
     if not is_path(spec):
+        recipes.embedded(spec)  # an unknown or unusable name is refused before a table is filed under it
         return spec
     return checkpoint_name(_folder(spec))
 
 
 def _folder(spec: str) -> Path:
-    folder = Path(spec).expanduser()
-    if not folder.is_dir():
+    if not _is_dir(spec):
         raise RecipeError(f"no checkpoint folder {spec!r} (--model takes an embedded recipe's name, e.g. "
                           f"{recipes.DEFAULT_RECIPE}, or a folder with config.json, *.safetensors and tokenizer.json)")
-    return folder
+    return Path(spec).expanduser()
+
+
+def _is_dir(spec: str) -> bool:
+    try:
+        return Path(spec).expanduser().is_dir()
+    except (OSError, RuntimeError, ValueError):  # a name past the file system's limit; ~user of no such user; a NUL
+        return False
 
 
 def tokenizer_for(recipe: Recipe) -> Tokenizer:

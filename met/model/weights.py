@@ -45,5 +45,11 @@ def write_card(card: dict, path: Path) -> None:
 
 
 def read_card(path: Path) -> dict:
-    """Read a model card."""
-    return json.loads(path.read_text())
+    """Read a model card: a JSON object; ValueError naming the file when it is not one (OSError when unreadable)."""
+    try:
+        card = json.loads(path.read_text())
+    except ValueError as exc:  # JSONDecodeError, and UnicodeDecodeError of bytes that are not UTF-8
+        raise ValueError(f"{path} is not JSON ({exc})") from None
+    if not isinstance(card, dict):
+        raise ValueError(f"{path} is not a JSON object (it holds a {type(card).__name__})")
+    return card

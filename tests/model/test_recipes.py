@@ -45,3 +45,44 @@ def test_unknown_recipe_names_the_known_ones():
     # a typo lists what exists and how to make one
     with pytest.raises(RecipeError, match="met-tiny-py"):
         embedded("met-tiny")
+
+
+def test_overlong_name_is_an_unknown_recipe():
+    # 300 characters is past the file system's name limit: an unknown recipe, not an OSError
+    with pytest.raises(RecipeError, match="no embedded recipe 'xxxx.*known: met-tiny-py"):
+        embedded("x" * 300)
+
+
+@pytest.mark.parametrize("name", ["../weights/met-tiny-py", "weights/met-tiny-py", "..", ".", "met tiny", ""])
+def test_a_name_that_is_not_plain_is_refused(name):
+    # an embedded recipe is a plain name, never a path into or out of the weights folder
+    with pytest.raises(RecipeError, match="not an embedded recipe's name .*known: met-tiny-py"):
+        embedded(name)
+
+
+def _shipped_with_card(tmp_path, monkeypatch, text: str):
+    """A weights folder holding the shipped weights (linked) beside a card with this text."""
+    weights = embedded(verify=False).weights
+    (tmp_path / "met-tiny-py.safetensors").symlink_to(weights)
+    (tmp_path / "met-tiny-py.card.json").write_text(text)
+    monkeypatch.setattr("met.model.recipes.WEIGHTS_DIR", tmp_path)
+
+
+@pytest.mark.parametrize("text, why", [
+    ("{", "is not JSON"),  # cut short
+    ("", "is not JSON"),  # emptied
+    ("[]", "is not a JSON object"),  # a list
+    ("{}", "has no 'config'"),  # no fields
+    ('{"config": [], "digest": "00"}', "config must be a JSON object"),  # config of the wrong type
+    ('{"config": {"dim": 7}, "digest": "00"}', "config: "),  # config ModelConfig refuses
+    ('{"config": {"bogus": 1}, "digest": "00"}', "config: "),  # a field ModelConfig does not have
+    ('{"config": {}}', "has no 'digest'"),  # no digest
+    ('{"config": {}, "digest": 5}', "digest must be a string"),  # digest of the wrong type
+])
+def test_damaged_card_is_a_checkpoint_error_naming_it(tmp_path, monkeypatch, text, why):
+    # a damaged card is invalid data (CheckpointError: commands exit 65), named with what is wrong
+    from met.model.hf_config import CheckpointError
+
+    _shipped_with_card(tmp_path, monkeypatch, text)
+    with pytest.raises(CheckpointError, match=f"met-tiny-py.card.json.*{why}"):
+        embedded()
