@@ -5,7 +5,7 @@ import math
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, TextIO
+from typing import TYPE_CHECKING, Annotated, Callable, TextIO
 
 import torch
 import typer
@@ -19,7 +19,10 @@ from met.model.transformer import Transformer
 from met.model.dflash_train import DflashTrainParams
 from met.model.train import TrainParams, train
 from met.model.train_state import PastSteps, UnusableCheckpoint
-from met.model.weights import save_weights, write_card
+from met.model.weights import read_card, save_weights, write_card
+
+if TYPE_CHECKING:
+    from met.model.recipes import Recipe
 
 _D = TrainParams()
 _DF = DflashTrainParams()
@@ -201,39 +204,77 @@ def info_cmd(
     recipe: Annotated[str, typer.Option(help="Embedded recipe name.")] = "met-tiny-py",
     as_json: Annotated[bool, typer.Option("--json", help="Print the whole card as JSON.")] = False,
 ) -> None:
-    """Print the recipe, its parameter count, weights digest and model card."""
-    from met.exit_codes import EX_NOINPUT
+    """Print the recipe, its parameter count, weights digest and model card.
+
+    Exit statuses: 0 printed; 65 (EX_DATAERR) the recipe's card, or its DFlash drafter's card, is
+    damaged (not a JSON object, or a field missing or of the wrong type); 66 (EX_NOINPUT) --recipe
+    names no embedded recipe, or a card cannot be read.
+    """
+    from met.model.hf_config import CheckpointError
     from met.model.recipes import RecipeError, embedded
 
     try:
         r = embedded(recipe)
     except RecipeError as e:
-        console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(EX_NOINPUT)
+        raise _fail(str(e), EX_DATAERR if isinstance(e, CheckpointError) else EX_NOINPUT) from None
     if as_json:
         typer.echo(json.dumps(r.card, indent=2, sort_keys=True))
         return
-    card = r.card
+    lines = _card_lines(r.weights.with_name(f"{r.name}.card.json"), r.card, lambda card: _recipe_lines(r, card))
+    dflash_path = r.weights.with_name(f"{r.name}.dflash.card.json")
+    if dflash_path.exists():
+        try:
+            dflash_card = read_card(dflash_path)
+        except OSError as e:
+            raise _fail(f"cannot read {dflash_path}: {e.strerror or e}", EX_NOINPUT) from None
+        except ValueError as e:
+            raise _fail(f"{e}; reinstall met to restore the card it ships", EX_DATAERR) from None
+        lines += _card_lines(dflash_path, dflash_card, _dflash_lines)
     out = Console()
     out.print(f"[bold]{r.id}[/bold]  ({r.weights})")
-    out.print(f"parameters: {card['parameters']:,} ({card['parameters_without_mtp']:,} without the MTP module)")
+    for line in lines:
+        out.print(line, markup=False)  # a card's text is not rich markup
+
+
+def _card_lines(path: Path, card: dict, lines: Callable[[dict], list[str]]) -> list[str]:
+    """lines(card); exit 65 naming the card and the field when a field is missing or of the wrong type."""
+    try:
+        return lines(card)
+    except KeyError as e:
+        raise _fail(f"{path} has no {e.args[0]!r}; reinstall met to restore the card it ships", EX_DATAERR) from None
+    except (TypeError, ValueError, AttributeError) as e:
+        raise _fail(f"{path} holds a field of the wrong type ({e}); reinstall met to restore the card it ships",
+                    EX_DATAERR) from None
+
+
+def _recipe_lines(r: "Recipe", card: dict) -> list[str]:
     c = r.config
-    out.print(f"config: dim {c.dim}, layers {c.n_layers}, heads {c.n_heads}/{c.n_kv_heads} kv, ffn {c.ffn_dim}, "
-              f"context {c.max_seq_len}, vocab {c.vocab_size}, MTP depth {c.mtp_depth}")
-    corpus = card["corpus"]
-    out.print(f"corpus: {corpus['source']}: {corpus['train_files']} train files ({corpus['train_tokens']:,} bytes), "
-              f"{corpus['heldout_files']} held out ({corpus['heldout_rule']})")
-    t = card["training"]
-    out.print(f"training: {t['steps']} steps x {t['batch']} x {t['seq_len']}, {t['tokens_seen']:,} tokens, "
-              f"{t['wall_s'] / 60:.0f} min on {t['threads']} threads")
-    for name, value in card["heldout"].items():
-        out.print(f"held-out {name.replace('_', ' ')}: {value}")
-    for depth, rate in card.get("acceptance", {}).get("per_position", {}).items():
-        out.print(f"MTP greedy acceptance at draft {depth}: {rate}")
-    dflash_card = r.weights.with_name(f"{r.name}.dflash.card.json")
-    if dflash_card.exists():
-        dc = json.loads(dflash_card.read_text())
-        out.print(f"DFlash drafter: block {dc['config']['block']}, {dc['parameters']:,} parameters, "
-                  f"digest {dc['digest']} (trained against {dc['target']})")
-        for depth, rate in dc.get("acceptance", {}).get("per_position", {}).items():
-            out.print(f"DFlash greedy acceptance at draft {depth}: {rate}")
+    corpus, t = card["corpus"], card["training"]
+    lines = [
+        f"parameters: {card['parameters']:,} ({card['parameters_without_mtp']:,} without the MTP module)",
+        f"config: dim {c.dim}, layers {c.n_layers}, heads {c.n_heads}/{c.n_kv_heads} kv, ffn {c.ffn_dim}, "
+        f"context {c.max_seq_len}, vocab {c.vocab_size}, MTP depth {c.mtp_depth}",
+        f"corpus: {corpus['source']}: {corpus['train_files']} train files ({corpus['train_tokens']:,} bytes), "
+        f"{corpus['heldout_files']} held out ({corpus['heldout_rule']})",
+        f"training: {t['steps']} steps x {t['batch']} x {t['seq_len']}, {t['tokens_seen']:,} tokens, "
+        f"{t['wall_s'] / 60:.0f} min on {t['threads']} threads",
+    ]
+    lines += [f"held-out {name.replace('_', ' ')}: {value}" for name, value in card["heldout"].items()]
+    return lines + [f"MTP greedy acceptance at draft {depth}: {rate}" for depth, rate in _per_position(card)]
+
+
+def _dflash_lines(dc: dict) -> list[str]:
+    lines = [f"DFlash drafter: block {dc['config']['block']}, {dc['parameters']:,} parameters, "
+             f"digest {dc['digest']} (trained against {dc['target']})"]
+    return lines + [f"DFlash greedy acceptance at draft {depth}: {rate}" for depth, rate in _per_position(dc)]
+
+
+def _per_position(card: dict) -> list[tuple[str, object]]:
+    """The card's acceptance per draft position, in position order (1, 2, ..., 10, not as strings sort)."""
+    per_position = card.get("acceptance", {}).get("per_position", {})
+    return sorted(per_position.items(), key=lambda item: _position(item[0]))
+
+
+def _position(key: str) -> tuple[int, int, str]:
+    """Numbered positions by number, then any others by name."""
+    return (0, int(key), key) if key.isdecimal() else (1, 0, key)

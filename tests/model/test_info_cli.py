@@ -1,0 +1,85 @@
+"""`met model info`: the recipe's card in lines; an unknown recipe exits 66, a damaged card 65."""
+
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from met.cli import app
+from met.model.recipes import embedded
+
+
+def _run(*args: str):
+    return CliRunner().invoke(app, ["model", "info", *args])
+
+
+@pytest.fixture
+def shipped_copy(tmp_path, monkeypatch):
+    """A weights folder like the shipped one (weights linked, cards copied) that a test may damage."""
+    r = embedded(verify=False)
+    for name in ("met-tiny-py.safetensors", "met-tiny-py.card.json", "met-tiny-py.dflash.card.json"):
+        if name.endswith(".safetensors"):
+            (tmp_path / name).symlink_to(r.weights.with_name(name))
+        else:
+            (tmp_path / name).write_text(r.weights.with_name(name).read_text())
+    monkeypatch.setattr("met.model.recipes.WEIGHTS_DIR", tmp_path)
+    return tmp_path
+
+
+def test_overlong_recipe_exits_66():
+    # a name past the file system's limit is an unknown recipe, not an OSError traceback
+    r = _run("--recipe", "x" * 300)
+    assert r.exit_code == 66 and "no embedded recipe" in r.output and "known: met-tiny-py" in r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+
+
+def test_path_as_recipe_exits_66():
+    # a path into the weights folder is not a recipe name (was the id ../weights/met-tiny-py@..., then a ValueError)
+    r = _run("--recipe", "../weights/met-tiny-py")
+    assert r.exit_code == 66 and "not an embedded recipe's name" in r.output and "known: met-tiny-py" in r.output
+    assert "@" not in r.output
+
+
+@pytest.mark.parametrize("text", ["{", "", "[]", "{}"])
+def test_damaged_card_exits_65_naming_it(shipped_copy, text):
+    # a cut, emptied, listed or emptied-object card is invalid data, named
+    (shipped_copy / "met-tiny-py.card.json").write_text(text)
+    r = _run()
+    assert r.exit_code == 65 and "met-tiny-py.card.json" in r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+
+
+def test_card_without_a_figure_exits_65_naming_it(shipped_copy):
+    # a card that loads but lacks what info prints (the training figures) names the missing field
+    card = json.loads((shipped_copy / "met-tiny-py.card.json").read_text())
+    del card["training"]["steps"]
+    (shipped_copy / "met-tiny-py.card.json").write_text(json.dumps(card))
+    r = _run()
+    assert r.exit_code == 65 and "met-tiny-py.card.json" in r.output and "'steps'" in r.output
+
+
+@pytest.mark.parametrize("text", ["{", "", "[]", "{}", '{"config": {}}'])
+def test_damaged_dflash_card_exits_65_naming_it(shipped_copy, text):
+    # the drafter's card beside the recipe is read as carefully as the recipe's
+    (shipped_copy / "met-tiny-py.dflash.card.json").write_text(text)
+    r = _run()
+    assert r.exit_code == 65 and "met-tiny-py.dflash.card.json" in r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+
+
+def test_acceptance_positions_in_numeric_order(shipped_copy):
+    # positions 1, 2, 10 print in that order, not as strings sort (1, 10, 2)
+    path = shipped_copy / "met-tiny-py.dflash.card.json"
+    card = json.loads(path.read_text())
+    card["acceptance"]["per_position"] = {"1": 0.5, "10": 0.01, "2": 0.3}
+    path.write_text(json.dumps(card))
+    r = _run()
+    assert r.exit_code == 0, r.output
+    assert re.findall(r"DFlash greedy acceptance at draft (\d+)", r.output) == ["1", "2", "10"]
+
+
+def test_help_lists_exit_statuses():
+    # every command's --help names its exit statuses
+    out = " ".join(_run("--help").output.split())
+    assert "Exit statuses: 0" in out and "65 (EX_DATAERR)" in out and "66 (EX_NOINPUT)" in out
