@@ -120,7 +120,7 @@ def parse_widths(text: str) -> tuple[int, ...]:
                                      "e.g. 1,2,4,8,16", param_hint="--widths")
         widths.append(int(part))
     if len(set(widths)) != len(widths):
-        raise typer.BadParameter(f"{text!r} repeats a width", param_hint="--widths")
+        raise typer.BadParameter(f"{text!r} repeats a value", param_hint="--widths")
     return tuple(widths)
 
 

@@ -87,6 +87,8 @@ def generate(
     """
     if (prompt is None) == (prompts is None):
         raise _fail("give exactly one of --prompt or --prompts", 2)
+    if drafter is not None and spec != "dflash":
+        raise _fail(f"--drafter is the DFlash drafter of --spec dflash; --spec {spec} would not use it", 2)
     if spec not in SPEC_MODES:
         raise _fail(f"--spec {spec!r} is not one of {', '.join(SPEC_MODES)}", 2)
     if top_p == 0:

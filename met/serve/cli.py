@@ -100,6 +100,9 @@ def serve(
     if spec_cost_model == "measured" and spec not in ("mtp", None):
         raise typer.BadParameter(f"the measured planner plans MTP depth; --spec {spec} has no calibrated drafter "
                                  "(use --spec mtp or --spec-cost-model static)", param_hint="--spec-cost-model")
+    if drafter is not None and spec != "dflash":
+        raise typer.BadParameter(f"the DFlash drafter of --spec dflash; --spec {spec or 'mtp'} would not use it",
+                                 param_hint="--drafter")
     if energy not in ENERGY:
         raise typer.BadParameter(f"{energy!r} is not one of {', '.join(ENERGY)}", param_hint="--energy")
     if log_level.lower() not in server.LOG_LEVELS:

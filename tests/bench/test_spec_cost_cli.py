@@ -194,7 +194,7 @@ def test_energy_rapl_unavailable_exits_69(use_micro, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--widths", "1,x"], "'x' in '1,x' is not a whole number in 1..256"),
-    (["--widths", "2,2"], "repeats a width"),
+    (["--widths", "2,2"], "repeats a value"),
     (["--energy", "joules"], "'joules' is not one of"),
     (["--box-class", "../up"], "is not a name"),
     (["--dtype", "float99"], "dtype 'float99'"),

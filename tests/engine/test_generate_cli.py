@@ -19,9 +19,10 @@ runner = CliRunner()
     (["--batch", "1000000"], "--batch"),  # would allocate every slot's KV cache up front
     (["--threads", "100000"], "--threads"),  # crashed the process
     (["--prompt", "\udcff\udcfe"], "--prompt is not valid Unicode text"),  # argv bytes that are not UTF-8
+    (["--spec", "mtp", "--drafter", "nope"], "--spec mtp would not use it"),  # was silently ignored
     (["--max-len", "1"], "--max-len 1 is not a context"),  # no room for a prompt and a token
     (["--max-len", "5000"], "--max-len 5000 is not a context met-tiny-py can run: 2..1024"),  # was cut silently
-], ids=["device", "dtype", "top-p", "temperature", "seed", "batch", "threads", "prompt", "max-len-1",
+], ids=["device", "dtype", "top-p", "temperature", "seed", "batch", "threads", "prompt", "drafter", "max-len-1",
         "max-len-past-context"])
 def test_bad_options_exit_2_naming_the_value(args, words):
     argv = ["generate", "--max-tokens", "2", *args] + ([] if "--prompt" in args else ["--prompt", "x"])

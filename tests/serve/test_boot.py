@@ -155,6 +155,7 @@ def test_cli_bad_options_exit_2(recipe, tmp_path):
     assert CliRunner().invoke(app, ["serve", "--spec", "eagle"]).exit_code == 2
     for args, words in [(["--dtype", "int8"], "--dtype 'int8'"), (["--device", "bogus"], "--device 'bogus'"),
                         (["--threads", "100000"], "--threads"),  # each was a traceback, or a crash, at load
+                        (["--drafter", "d.safetensors"], "--spec off would not use it"),  # was ignored
                         (["--max-len", "1"], "2..128 tokens"),  # a server that could serve nothing
                         (["--max-len", "5000"], "2..128 tokens"),  # past the model's context: was cut silently
                         (["--api-key", "k1", "--api-keys-file", str(keys_file)], "also in --api-keys-file")]:
