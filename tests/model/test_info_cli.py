@@ -2,6 +2,7 @@
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -83,3 +84,16 @@ def test_help_lists_exit_statuses():
     # every command's --help names its exit statuses
     out = " ".join(_run("--help").output.split())
     assert "Exit statuses: 0" in out and "65 (EX_DATAERR)" in out and "66 (EX_NOINPUT)" in out
+
+
+@pytest.mark.parametrize("command", [
+    ["tables", "check", str(Path(__file__).parents[2] / "tables/cpu-amd-epyc-1t/met-tiny-py.toml")],  # its key
+    ["bench", "policies", "--quick", "--policies", "off"],
+    ["model", "train", "--drafter", "dflash", "--target", "met-tiny-py", "--steps", "1"],
+], ids=["tables-check", "bench-policies", "train-dflash"])
+def test_a_damaged_card_is_65_from_every_command(shipped_copy, tmp_path, command):
+    # each mapped every RecipeError to 66 (missing) where a damaged card is bad data
+    (shipped_copy / "met-tiny-py.card.json").write_text("{")
+    out = ["--out-dir", str(tmp_path / "out")] if command[0] != "tables" else []
+    r = CliRunner().invoke(app, [*command, *out])
+    assert r.exit_code == 65 and "met-tiny-py.card.json" in r.output, r.output
