@@ -48,7 +48,9 @@ def read_prompts(path: Path, params: CalibrationParams) -> list[str]:
         prompts = [p.read_bytes()[: params.prompt_bytes].decode("utf-8", errors="ignore") for p in files]
         prompts = [p for p in prompts if p]
         if not prompts:
-            raise PromptError(f"{path}: the folder holds no non-empty files to use as prompts")
+            what = f"{len(files)} files, none with UTF-8 text in its first {params.prompt_bytes} bytes" if files else \
+                "no files"
+            raise PromptError(f"{path}: the folder holds {what} to use as prompts")
         return prompts
     return read_jsonl_prompts(path, hint=", or pass a folder of text files")
 

@@ -248,6 +248,12 @@ def test_calibration_prompts_from_a_folder(use_micro, tmp_path):
     result = met("bench", "spec-cost", *FAST, "--calibration-prompts", str(folder), "--out", str(out))
     assert result.exit_code == EX_OK, result.output
     assert AcceptanceCalibration.parse(calibration_path(out).read_text()).meta["prompts"] == 8
+    binary, empty = tmp_path / "binary", tmp_path / "empty"  # nothing usable: said for what it is, exit 65
+    binary.mkdir(), empty.mkdir()
+    (binary / "blob").write_bytes(b"\xff\xfe\xfd" * 40)
+    for folder, words in ((binary, "1 files, none with UTF-8 text in its first"), (empty, "holds no files")):
+        result = met("bench", "spec-cost", *FAST, "--calibration-prompts", str(folder), "--out", str(out))
+        assert result.exit_code == EX_DATAERR and words in result.stderr, result.output
 
 
 def test_help_documents_the_exit_statuses():
