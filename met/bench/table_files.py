@@ -145,14 +145,9 @@ class Existing:
 
 def read_existing(path: Path) -> Existing:
     """The table now at `path`, if any, for the change report (never raises for a bad file)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return Existing()
-    except UnicodeDecodeError as exc:
-        return Existing(problem=f"is not UTF-8 text ({exc.reason} at byte {exc.start})", foreign=True)
-    except OSError as exc:
-        return Existing(problem=f"cannot be read ({exc.strerror or exc})", foreign=True)
+    text, problem = _read(path)
+    if text is None:
+        return Existing(problem=problem, foreign=problem is not None)
     try:
         return Existing(CostTable.parse(text))
     except TableParseError as exc:
@@ -161,15 +156,22 @@ def read_existing(path: Path) -> Existing:
 
 def foreign_calibration(path: Path) -> str | None:
     """Why the file at `path` is no met calibration (not TOML, or no `schema` and `[drafter]`); None: absent or ours."""
+    text, problem = _read(path)
+    if text is None or _ours(text, "drafter"):
+        return problem
+    return "is not a met calibration (no `schema` and `[drafter]`)"
+
+
+def _read(path: Path) -> tuple[str | None, str | None]:
+    """(the file's text, None), or (None, why it cannot be read as UTF-8 text); (None, None) when there is none."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8"), None
     except FileNotFoundError:
-        return None
+        return None, None
     except UnicodeDecodeError as exc:
-        return f"is not UTF-8 text ({exc.reason} at byte {exc.start})"
+        return None, f"is not UTF-8 text ({exc.reason} at byte {exc.start})"
     except OSError as exc:
-        return f"cannot be read ({exc.strerror or exc})"
-    return None if _ours(text, "drafter") else "is not a met calibration (no `schema` and `[drafter]`)"
+        return None, f"cannot be read ({exc.strerror or exc})"
 
 
 def _ours(text: str, section: str) -> bool:
