@@ -209,8 +209,8 @@ def spec_cost(
     calibrated = cal_params if calibrate is not False and drafter == "mtp" else None
     given = out or Path("tables") / box / f"{name}{suffix}"
     request = Request(recipe, box_class_, settings, params, energy, calibrated, calibration_prompts, _target(given),
-                      max_depth is not None, calibrate is True, drafter, box, replace_,
-                      _target(calibration_path(given)))
+                      _target(calibration_path(given)), max_depth is not None, calibrate is True, drafter, box,
+                      replace_)
     try:
         with TableLock(request.out), Reporter(quiet) as reporter:
             _run(request, reporter)
@@ -235,16 +235,12 @@ class Request:
     calibration: cal.CalibrationParams | None  # None: --no-calibrate
     prompts: Path | None  # --calibration-prompts, else None: windows of the held-out files
     out: Path
+    calibration_out: Path  # beside out (x.toml -> x.calibration.toml), or a symlink's target there
     depth_given: bool = False  # --max-depth was passed (a model without a drafter refuses k > 0, not drops it)
     calibrate_given: bool = False  # --calibrate was passed (likewise)
     drafter: str = "mtp"  # whose draft step is timed: mtp or dflash
     box: str = ""  # the box class the table will be keyed by
     overwrite: bool = False  # --replace: write over a file that is no table of ours, or of another box or model
-    cal_out: Path | None = None  # where the calibration goes (default: beside out)
-
-    @property
-    def calibration_out(self) -> Path:
-        return self.cal_out if self.cal_out is not None else calibration_path(self.out)
 
 
 def _fail(code: int, message: str) -> None:
