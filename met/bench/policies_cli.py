@@ -32,7 +32,8 @@ from met.engine.identity import RunSettings, box_class, device_name, resolve_run
 from met.exit_codes import EX_CANTCREAT, EX_DATAERR, EX_NOINPUT, EX_OK, EX_SOFTWARE
 from met.model.hf_config import CheckpointError
 from met.model.recipes import DEFAULT_RECIPE, RecipeError, embedded
-from met.serve.boot import BootError, MeasuredBoot, boot_measured, default_calibration, default_table
+from met.serve.boot import (BootError, MeasuredBoot, boot_measured, default_calibration, default_table,
+                            energy_source)
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 
 DEFAULTS = {"prompts": 16, "max_tokens": 128, "repeats": 3, "concurrency": "1,4,16"}
@@ -146,6 +147,11 @@ def policies(
                     f"{model_recipe.config.max_seq_len} of recipe {model_recipe.name}")
     table_path = None
     cost_state = None
+    if "measured" not in names and table is None:
+        try:  # no table prices joules here, but a source asked for by name must work, as with a table
+            energy_source(energy, settings.device)
+        except BootError as exc:
+            raise _fail(exc.code, *exc.lines) from None
     if "measured" in names or table is not None:
         table_path = table or default_table(box, model_recipe.name)
         boot = MeasuredBoot(table_path, calibration or default_calibration(table_path), slack, energy, box_class_,

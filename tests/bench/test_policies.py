@@ -279,6 +279,8 @@ def test_cli_bad_options_exit_2(cli_env):
         assert r.exit_code == 2 and "--concurrency" in r.output, bad
     r = CliRunner().invoke(app, [*args, "--dtype", "int8"])
     assert r.exit_code == 2 and "--dtype 'int8'" in r.output
+    r = CliRunner().invoke(app, [*args, "--policies", "off", "--energy", "nvml"])  # no table, still asked for
+    assert r.exit_code == 69 and "--energy nvml: NVML measures a CUDA device" in r.output  # (was exit 0)
     r = CliRunner().invoke(app, [*args, "--energy", "watts"])
     assert r.exit_code == 2 and "--energy" in r.output
 
