@@ -29,8 +29,7 @@ from met.bench.progress import Reporter
 from met.bench.spec_cost_cli import EX_USAGE, parse_widths
 from met.bench.table_files import commit, stage
 from met.engine.identity import RunSettings, box_class, device_name, resolve_run
-from met.exit_codes import EX_CANTCREAT, EX_DATAERR, EX_NOINPUT, EX_OK, EX_SOFTWARE
-from met.model.hf_config import CheckpointError
+from met.exit_codes import EX_CANTCREAT, EX_NOINPUT, EX_OK, EX_SOFTWARE
 from met.model.recipes import DEFAULT_RECIPE, RecipeError, embedded
 from met.serve.boot import (BootError, MeasuredBoot, boot_measured, default_calibration, default_table,
                             energy_source)
@@ -132,8 +131,8 @@ def policies(
     concurrencies = _concurrencies(concurrency if concurrency is not None else base["concurrency"])
     try:
         model_recipe = embedded(recipe)
-    except RecipeError as exc:  # a damaged card (CheckpointError) is bad data, a missing recipe missing input
-        raise _fail(EX_DATAERR if isinstance(exc, CheckpointError) else EX_NOINPUT, f"error: {exc}") from None
+    except RecipeError as exc:  # its status: 66 missing, 65 a damaged card
+        raise _fail(exc.status, f"error: {exc}") from None
     count = prompts or base["prompts"]
     heldout = pol.heldout_workload_prompts(count)
     if not heldout:

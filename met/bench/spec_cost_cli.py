@@ -30,7 +30,6 @@ from met.engine.prompts import PromptError, PromptsMissing
 from met.exit_codes import EX_CANTCREAT, EX_CONFIG, EX_DATAERR, EX_NOINPUT, EX_OK, EX_TEMPFAIL, EX_UNAVAILABLE
 from met.model.corpus import heldout_prompts
 from met.model.dflash import DflashDrafter, DrafterError, load_drafter, shipped_path
-from met.model.hf_config import CheckpointError
 from met.model.recipes import DEFAULT_RECIPE, Recipe, RecipeError, embedded
 from met.model.sources import is_path, recipe_name, resolve, tokenizer_for
 from met.model.tokenizer import BYTES, Tokenizer
@@ -204,7 +203,7 @@ def spec_cost(
     try:
         name = recipe_name(recipe)  # a folder's model name, from its config.json; the weights are read later
     except RecipeError as exc:
-        _fail(EX_DATAERR if isinstance(exc, CheckpointError) else EX_NOINPUT, str(exc))
+        _fail(exc.status, str(exc))
     suffix = ".dflash.toml" if drafter == "dflash" else ".toml"
     calibrated = cal_params if calibrate is not False and drafter == "mtp" else None
     given = out or Path("tables") / box / f"{name}{suffix}"
@@ -410,7 +409,7 @@ def _recipe(name: str) -> Recipe:
     try:
         return resolve(name) if is_path(name) else embedded(name)
     except RecipeError as exc:
-        raise Refusal(EX_DATAERR if isinstance(exc, CheckpointError) else EX_NOINPUT, str(exc)) from None
+        raise Refusal(exc.status, str(exc)) from None
 
 
 def _block_drafter(recipe: Recipe, settings: RunSettings) -> DflashDrafter:

@@ -141,14 +141,13 @@ def key_mismatches(parsed: CostTable | AcceptanceCalibration, recipe: str, box_c
     """How the file's key differs from what this box would measure or serve for `recipe` (one line each)."""
     # Not at the top: the key needs torch and the recipe, and `--no-key` (and `show`) need neither.
     from met.engine import identity
-    from met.model.hf_config import CheckpointError
     from met.model.recipes import RecipeError, embedded
 
     try:
         found = embedded(recipe)
-    except RecipeError as exc:  # a damaged card (CheckpointError) is bad data, a missing recipe missing input
-        code = EX_DATAERR if isinstance(exc, CheckpointError) else EX_NOINPUT
-        raise Refusal(code, f"cannot compare the key: {exc}; or pass --no-key to check the file alone") from None
+    except RecipeError as exc:  # its status: 66 missing, 65 a damaged card (CheckpointError)
+        raise Refusal(exc.status, f"cannot compare the key: {exc}; or pass --no-key to check the file alone") \
+            from None
     if isinstance(parsed, AcceptanceCalibration):
         mine = identity.mtp_drafter_key(found)
         if parsed.drafter == mine:

@@ -13,7 +13,6 @@ from met.engine.prompts import PromptError, PromptsMissing, read_jsonl_prompts, 
 from met.engine.runner import ModelRunner, Sampling
 from met.exit_codes import EX_DATAERR, EX_NOINPUT
 from met.model.dflash import DrafterError, load_drafter, shipped_path
-from met.model.hf_config import CheckpointError
 from met.model.recipes import DEFAULT_RECIPE, RecipeError
 from met.model.sources import context_len, resolve, tokenizer_for
 
@@ -111,7 +110,7 @@ def generate(
         tokenizer = tokenizer_for(r)
         net = r.load(torch_dtype, device)
     except RecipeError as e:
-        raise _fail(str(e), EX_DATAERR if isinstance(e, CheckpointError) else EX_NOINPUT)
+        raise _fail(str(e), e.status)
     block = _block_drafter(drafter or shipped_path(r), r.id, torch_dtype, device) if spec == "dflash" else None
     # a fixed policy other than mtp never drafts with the MTP block: skip keeping its catch-up rows
     runner = ModelRunner(net, max_batch=batch, max_len=context_len(r, max_len), track_mtp=spec == "mtp",

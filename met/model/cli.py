@@ -141,7 +141,6 @@ def train_cmd(
 def _train_dflash(target: str, out_dir: Path, steps: int | None, batch: int | None, seq_len: int | None,
                   lr: float | None, eval_every: int | None, seed: int) -> None:
     from met.model.dflash_cli import train_dflash_cmd
-    from met.model.hf_config import CheckpointError
     from met.model.recipes import RecipeError, embedded
 
     try:
@@ -149,15 +148,15 @@ def _train_dflash(target: str, out_dir: Path, steps: int | None, batch: int | No
         params = DflashTrainParams(steps=_or(steps, _DF.steps), batch=_or(batch, _DF.batch),
                                    seq_len=_or(seq_len, _DF.seq_len), lr=_or(lr, _DF.lr),
                                    eval_every=_or(eval_every, _DF.eval_every), seed=seed)
-    except RecipeError as e:  # a damaged card (CheckpointError) is bad data, a missing recipe missing input
-        raise _fail(str(e), EX_DATAERR if isinstance(e, CheckpointError) else EX_NOINPUT) from None
+    except RecipeError as e:  # its status: 66 missing, 65 a damaged card
+        raise _fail(str(e), e.status) from None
     except ValueError as e:
         raise _fail(str(e), 2) from None
     _open_log(out_dir).close()
     try:
         train_dflash_cmd(target, out_dir, params, {}, console)
     except RecipeError as e:
-        raise _fail(str(e), EX_DATAERR if isinstance(e, CheckpointError) else EX_NOINPUT) from None
+        raise _fail(str(e), e.status) from None
     except (UnusableCheckpoint, PastSteps) as e:
         raise _checkpoint_refused(e) from None
     except ValueError as e:
@@ -211,13 +210,12 @@ def info_cmd(
     damaged (not a JSON object, or a field missing or of the wrong type); 66 (EX_NOINPUT) --recipe
     names no embedded recipe, or a card cannot be read.
     """
-    from met.model.hf_config import CheckpointError
     from met.model.recipes import RecipeError, embedded
 
     try:
         r = embedded(recipe)
     except RecipeError as e:
-        raise _fail(str(e), EX_DATAERR if isinstance(e, CheckpointError) else EX_NOINPUT) from None
+        raise _fail(str(e), e.status) from None
     if as_json:
         typer.echo(json.dumps(r.card, indent=2, sort_keys=True))
         return

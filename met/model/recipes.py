@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from met.exit_codes import EX_NOINPUT
 from met.model.config import ModelConfig
 from met.model.transformer import Transformer
 from met.model.weights import file_digest, load_model, read_card
@@ -16,7 +17,13 @@ _PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")  # a file name in WEIG
 
 
 class RecipeError(Exception):
-    """A recipe that cannot be used: unknown, missing weights, or weights that are not the recipe's."""
+    """A recipe that cannot be used: unknown, missing weights, or weights that are not the recipe's.
+
+    `status` is the exit status every command reports it with: EX_NOINPUT here (a subclass for bad
+    data, CheckpointError, says EX_DATAERR).
+    """
+
+    status = EX_NOINPUT
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,6 @@ from met.engine.identity import MAX_THREADS, RunSettings, box_class as derive_bo
 from met.engine.policy import SERVE_SPECS, PolicyConfig
 from met.exit_codes import EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE
 from met.model.dflash import DrafterError, load_drafter, shipped_path
-from met.model.hf_config import CheckpointError
 from met.model.recipes import DEFAULT_RECIPE, RecipeError
 from met.model.sources import context_len, resolve, tokenizer_for
 from met.serve import server, tui
@@ -118,7 +117,7 @@ def serve(
         recipe = resolve(model)
         tokenizer = tokenizer_for(recipe)
     except RecipeError as exc:
-        raise _fail(EX_DATAERR if isinstance(exc, CheckpointError) else EX_NOINPUT, f"error: {exc}") from None
+        raise _fail(exc.status, f"error: {exc}") from None
     if max_len == 1 or max_len > recipe.config.max_seq_len:
         raise typer.BadParameter(f"{max_len} is not a context {recipe.name} can serve: 2..{recipe.config.max_seq_len} "
                                  "tokens (a prompt and one new token at least), or 0 for the model's own",
@@ -144,7 +143,7 @@ def serve(
     try:
         net = recipe.load(getattr(torch, settings.dtype), settings.device)
     except RecipeError as exc:
-        raise _fail(EX_DATAERR if isinstance(exc, CheckpointError) else EX_NOINPUT, f"error: {exc}") from None
+        raise _fail(exc.status, f"error: {exc}") from None
     block = None
     if spec == "dflash":
         try:
