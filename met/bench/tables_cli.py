@@ -22,6 +22,7 @@ from rich.table import Table
 
 from met.exit_codes import EX_CONFIG, EX_DATAERR, EX_NOINPUT, EX_OK
 from met.speculative.spec_cost import AcceptanceCalibration, CostTable, DrafterMismatch, TableParseError
+from met.speculative.spec_cost import fields
 from met.speculative.spec_cost.plan import choose, estimate_depths
 
 tables_app = typer.Typer(help="Check and show measured cost tables.", no_args_is_help=True, rich_markup_mode=None)
@@ -188,15 +189,12 @@ def measured_ago(meta: Mapping[str, object], now: datetime | None = None) -> str
     "measured 2026-11-30 02:11 UTC, 3 h 10 min ago": relative step costs drift with a box's load and
     clocks, so a table's age is worth seeing beside its plans (the planner itself reads no clock).
     """
-    when = meta.get("when")
-    if isinstance(when, str):
-        try:
-            when = datetime.fromisoformat(when)
-        except ValueError:
-            return ""
-    if not isinstance(when, datetime):
+    if "when" not in meta:
         return ""
-    when = when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)  # met writes UTC
+    try:
+        when = fields.measured_at(meta["when"])
+    except TableParseError:  # a parsed table's is valid; a hand-made mapping's may not be
+        return ""
     minutes = int(((now or datetime.now(timezone.utc)) - when).total_seconds() // 60)
     if minutes < 0:
         age = "in the future by this box's clock"

@@ -121,9 +121,11 @@ def test_check_accepts_a_valid_table(tmp_path):
         (mistype("schema = 1", "schema = 2"), "schema: 2 is not a supported schema version"),
         # a value with no closing quote
         (mistype('"aa11"', '"aa11'), "not valid TOML"),
+        # a time of measurement that says no moment (tables show would leave out the table's age)
+        (mistype('"2026-10-04T12:00:00Z"', '"last week"'), "meta.when: 'last week' is not an ISO 8601 date-time"),
     ],
     ids=["string-cost", "negative-cost", "zero-draft", "missing-depth", "typo", "no-key-header", "no-key",
-         "duplicate", "missing-joules", "float-width", "future-schema", "bad-toml"],
+         "duplicate", "missing-joules", "float-width", "future-schema", "bad-toml", "when-no-date"],
 )
 def test_check_refuses_a_mistyped_table_in_one_line(tmp_path, text, message):
     path = write(tmp_path, text)

@@ -74,6 +74,19 @@ def _meta_ok(meta: object) -> bool:
                 return False
             if not isinstance(part, str | int | float | bool | dt.date | dt.time):
                 return False
+    return "when" not in meta or _date_time(meta["when"])
+
+
+def _date_time(when: object) -> bool:
+    """`when` says a moment: a TOML date-time or date, or text Python reads as an ISO 8601 date-time."""
+    if isinstance(when, dt.date):  # a datetime is a date too
+        return True
+    if not isinstance(when, str):
+        return False
+    try:
+        dt.datetime.fromisoformat(when)
+    except ValueError:
+        return False
     return True
 
 

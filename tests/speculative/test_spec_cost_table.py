@@ -50,8 +50,8 @@ def tables(draw, energy_source=None) -> CostTable:
             cells.append(Cell(n, k, draw(costs), draft, *joules, draw(spreads), draw(spreads),
                               *((None, None) if source == "none" else (draw(spreads), draw(spreads)))))
     order = draw(st.permutations(cells))
-    meta = draw(st.dictionaries(st.text("abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=10), meta_values,
-                                max_size=4))
+    meta = draw(st.dictionaries(st.text("abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=10).filter(lambda k: k != "when"),
+                                meta_values, max_size=4))  # `when` has its own rule (test_meta_when_...)
     return CostTable(key, order, meta)
 
 
@@ -77,6 +77,37 @@ def test_meta_is_preserved():
     # [meta] is free: its strings and numbers come back as written.
     table = CostTable.parse(make_table().to_toml())
     assert dict(table.meta) == {"when": "2026-10-04T12:00:00Z", "repeats": 5}
+
+
+@pytest.mark.parametrize("when", [
+    "2026-11-30T02:11:06Z",  # ISO text, as tests and hand-written tables have it
+    "2026-11-30",  # a date alone: its midnight
+])
+def test_meta_when_in_iso_text_is_read(when):
+    table = CostTable.parse(make_table().to_toml().replace('"2026-10-04T12:00:00Z"', f'"{when}"'))
+    assert table.meta["when"] == when
+
+
+@pytest.mark.parametrize("when", [
+    "2026-11-30 02:11:06+00:00",  # what met writes: a TOML offset date-time
+    "2026-11-30T02:11:06",  # a local date-time (met reads it as UTC)
+    "2026-11-30",  # a TOML date
+])
+def test_meta_when_as_a_toml_date_time_is_read(when):
+    CostTable.parse(make_table().to_toml().replace('"2026-10-04T12:00:00Z"', when))
+
+
+@pytest.mark.parametrize(("when", "message"), [
+    ('"last tuesday"', "'last tuesday' is not an ISO 8601 date-time"),  # text that says no moment
+    ("1764468666", "1764468666 is not a date-time"),  # epoch seconds: a number, not a date
+    ("02:11:06", "02:11:06 is not a date-time"),  # a TOML time of day without its date
+    ('["2026-11-30"]', "is not a date-time"),  # an array
+])
+def test_meta_when_that_is_no_date_time_is_refused(when, message):
+    # `tables show` and the serve's boot line tell a table's age from it; one that says no moment was
+    # accepted and the age silently left out.
+    with pytest.raises(TableParseError, match="^meta.when: .*" + message.replace("[", r"\[")):
+        CostTable.parse(make_table().to_toml().replace('"2026-10-04T12:00:00Z"', when))
 
 
 def test_table_without_meter_has_no_joule_fields():

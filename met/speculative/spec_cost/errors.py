@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from typing import TYPE_CHECKING
 
@@ -48,7 +49,7 @@ class KeyMismatchError(SpecCostError):
 
 
 def show(value: object) -> str:
-    """A value as a one-line message quotes it: TOML spelling for booleans, short, never multi-line."""
+    """A value as a one-line message quotes it: TOML spelling for booleans and dates, short, never multi-line."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dict):
@@ -59,6 +60,8 @@ def show(value: object) -> str:
         return str(value)
     if isinstance(value, int) and value.bit_length() > 128:
         return f"an integer of {value.bit_length()} bits"
+    if isinstance(value, dt.date | dt.time):
+        return value.isoformat()  # as the file spells it, not datetime.time(2, 11, 6)
     try:
         text = repr(value)
     except Exception:  # a repr that fails must not turn a parse error into another exception

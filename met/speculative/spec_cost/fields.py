@@ -143,7 +143,7 @@ def schema(doc: Mapping, supported: int) -> int:
 
 
 def meta(value: object, field: str = "meta") -> dict:
-    """The free [meta] table: strings, finite numbers, booleans, dates, or arrays of them."""
+    """The free [meta] table: strings, finite numbers, booleans, dates, or arrays of them; `when` a date-time."""
     if not isinstance(value, Mapping):
         raise TableParseError(field, value, "is not a table")
     result = {}
@@ -153,8 +153,29 @@ def meta(value: object, field: str = "meta") -> dict:
             raise TableParseError(path, key, "is not a string key")
         for part in item if isinstance(item, list) else [item]:
             _meta_scalar(part, path)
+        if key == "when":
+            measured_at(item, path)  # read by `met tables show` and the serve's boot line
         result[key] = list(item) if isinstance(item, list) else item
     return result
+
+
+def measured_at(value: object, field: str = "meta.when") -> dt.datetime:
+    """[meta] `when` as an aware date-time: a TOML date-time or date, or ISO 8601 text; naive means UTC.
+
+    met writes a TOML offset date-time in UTC (`when = 2026-11-30 02:11:06+00:00`); a date alone is
+    its midnight.
+    """
+    when = value
+    if isinstance(when, str):
+        try:
+            when = dt.datetime.fromisoformat(when)
+        except ValueError:
+            raise TableParseError(field, value, "is not an ISO 8601 date-time (met writes 2026-11-30T02:11:06Z)") from None
+    elif isinstance(when, dt.date) and not isinstance(when, dt.datetime):
+        when = dt.datetime.combine(when, dt.time())
+    if not isinstance(when, dt.datetime):
+        raise TableParseError(field, value, "is not a date-time (met writes 2026-11-30T02:11:06Z)")
+    return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
 
 
 def _meta_scalar(value: object, path: str) -> None:
