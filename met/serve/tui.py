@@ -20,14 +20,18 @@ from met.serve.report import snapshot_doc
 
 
 def render(doc: dict, source: str = "") -> Panel:
-    """One frame: what the tick did (width, queue, mode, depth and why) and the run's figures."""
+    """One frame: what the tick did (width, queue, mode, depth and why) and the run's figures.
+
+    Strings from the snapshot and the source (a URL, maybe IPv6 with brackets) are drawn as Text, never
+    parsed as rich markup.
+    """
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
-    head.add_row("spec", str(doc.get("spec", "?")))
+    head.add_row("spec", Text(str(doc.get("spec", "?"))))
     head.add_row("tick", f"{doc.get('tick', 0)}   width {doc.get('width', 0)}   active {doc.get('active', 0)}"
                  f"/{doc.get('max_batch', 0)} slots   queued {doc.get('queued', 0)}")
-    head.add_row("mode", f"{doc.get('mode', 'idle')}   planned depth {doc.get('depth', 0)}")
+    head.add_row("mode", Text(f"{doc.get('mode', 'idle')}   planned depth {doc.get('depth', 0)}"))
     head.add_row("why", Text(str(doc.get("why") or "-")))
     rate = f"{doc.get('tokens_per_s', 0.0):.1f} tok/s (recent steps)"
     if doc.get("planned_tokens_per_s") is not None:
@@ -47,7 +51,7 @@ def render(doc: dict, source: str = "") -> Panel:
                  + f"   emitted {doc.get('emitted_tokens', 0)} tokens")
     finished = doc.get("finished") or {}
     done = ", ".join(f"{k} {v}" for k, v in sorted(finished.items())) or "none finished"
-    head.add_row("requests", done + (f"   failed ticks {doc['failed_ticks']}" if doc.get("failed_ticks") else ""))
+    head.add_row("requests", Text(done + (f"   failed ticks {doc['failed_ticks']}" if doc.get("failed_ticks") else "")))
     pos = Table(title="acceptance per draft position (drafts 0..=i all accepted)", title_justify="left",
                 show_edge=False)
     pos.add_column("position", justify="right")
@@ -57,8 +61,9 @@ def render(doc: dict, source: str = "") -> Panel:
     pos.add_column("")
     for i, (a, p) in enumerate(zip(doc.get("accepted_at") or [], doc.get("proposed_at") or [])):
         rate_i = a / p if p else 0.0
-        pos.add_row(str(i + 1), str(a), str(p), f"{rate_i:.1%}", "█" * round(20 * rate_i))
-    title = "met" + (f" · {source}" if source else "")
+        bar = "█" * round(20 * min(max(rate_i, 0.0), 1.0))  # a server's counts past 1 would not fit the screen
+        pos.add_row(str(i + 1), str(a), str(p), f"{rate_i:.1%}", bar)
+    title = Text("met" + (f" · {source}" if source else ""))
     return Panel(Group(head, pos), title=title, title_align="left")
 
 
@@ -76,6 +81,7 @@ class NotASnapshot(httpx.HTTPError):
 REQUIRED = ("tick", "width", "active", "queued", "mode", "depth", "why", "tokens_per_s", "drafts_proposed",
             "drafts_accepted", "emitted_tokens")
 NUMBER = (int, float)
+COUNT_MAX = 1 << 63  # no met serve counts this far; a larger JSON integer overflows a float in render
 JSON_NAMES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
 # the type of each field render does arithmetic or formatting on, checked when present (None: may be null)
 TYPES = {"tick": int, "width": int, "active": int, "queued": int, "max_batch": int, "depth": int, "mode": str,
@@ -93,12 +99,16 @@ def snapshot_problem(doc: object) -> str | None:
     if missing:
         return f"no {', '.join(missing)}"
     for key, kind in TYPES.items():
-        if key in doc and (not isinstance(doc[key], kind) or isinstance(doc[key], bool)):
+        if key in doc and (not isinstance(doc[key], kind) or isinstance(doc[key], bool) or _huge(doc[key])):
             return f"{key} is {json.dumps(doc[key])[:40]}"
     for key in ("accepted_at", "proposed_at"):
-        if not all(isinstance(n, int) and not isinstance(n, bool) for n in doc.get(key, [])):
+        if not all(isinstance(n, int) and not isinstance(n, bool) and not _huge(n) for n in doc.get(key, [])):
             return f"{key} is {json.dumps(doc[key])[:40]}"
     return None
+
+
+def _huge(value: object) -> bool:
+    return isinstance(value, int) and abs(value) >= COUNT_MAX
 
 
 def fetch(url: str, api_key: str | None = None, timeout: float = 5.0) -> dict:

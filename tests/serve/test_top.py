@@ -60,6 +60,9 @@ def test_top_unreachable_exits_69():
     (b'{"tick": 1, "width": 0, "active": 0, "queued": 0, "mode": "idle", "depth": 0, "why": "", '
      b'"tokens_per_s": "fast", "drafts_proposed": 0, "drafts_accepted": 0, "emitted_tokens": 0}',
      '(tokens_per_s is "fast")'),  # every key, one of them a string where render formats a number
+    (b'{"tick": 1, "width": 0, "active": 0, "queued": 0, "mode": "idle", "depth": 0, "why": "", '
+     b'"tokens_per_s": 1' + b"0" * 400 + b', "drafts_proposed": 0, "drafts_accepted": 0, "emitted_tokens": 0}',
+     "(tokens_per_s is 1000"),  # a JSON integer no float holds: render raised OverflowError (exit 1)
 ])
 def test_top_against_a_server_that_is_not_met_exits_69(body, why):
     # the URL answers 200, but with no met snapshot: say so, exit 69 as for an unreachable server
@@ -106,3 +109,38 @@ def test_an_interval_out_of_range_exits_2(interval):
     # inf overflowed time.sleep after the first frame; below 0.1 s polls the server too hard
     result = CliRunner().invoke(app, ["top", "--url", "http://127.0.0.1:9", "--interval", interval])
     assert result.exit_code == 2 and "--interval" in result.output
+
+
+def _frame(doc: dict, source: str = "", width: int = 100) -> str:
+    from rich.console import Console
+
+    from met.serve.tui import render
+
+    console = Console(width=width, record=True)
+    console.print(render(doc, source))
+    return console.export_text()
+
+
+def test_dashboard_prints_text_from_the_server_and_the_url_as_it_is():
+    # strings from the snapshot or the URL are text, not rich markup: '[/]' raised MarkupError (a traceback
+    # from met top), and an IPv6 URL's '[fe80::1]' was taken for a style and vanished from the title
+    doc = {**snapshot_doc(SchedulerSnapshot()), "spec": "[/]", "mode": "[bold]x", "finished": {"[/]": 1}}
+    text = _frame(doc, "http://[fe80::1]:8000")
+    for words in ("http://[fe80::1]:8000", "spec      [/]", "[bold]x   planned depth 0", "[/] 1"):
+        assert words in text, words
+
+
+def test_dashboard_draws_any_counts_in_a_narrow_terminal():
+    # a zero snapshot, a run's worth of huge counts, and per-position counts no met serve sends (accepted over
+    # verified: the bar was 20 x the ratio long, a MemoryError at 10**9 of 1): all draw, at 20 columns too
+    huge = SchedulerSnapshot(tick=2**62, width=16, active=16, max_batch=16, queued=2**40, mode="mtp", depth=4,
+                             why="x" * 500, drafts_proposed=2**62, drafts_accepted=2**61, emitted_tokens=2**62,
+                             accepted_at=(2**61,) * 16, proposed_at=(2**62,) * 16, tokens_per_s=1e300,
+                             planned_tokens_per_s=1e300, joules_per_token=1e-300, energy_j=1e300,
+                             finished=(("stop", 2**62),), failed_ticks=2**40)
+    odd = {**snapshot_doc(SchedulerSnapshot()), "accepted_at": [10**9, -3], "proposed_at": [1, 1]}
+    for doc in (snapshot_doc(SchedulerSnapshot()), snapshot_doc(huge), odd):
+        for width in (20, 100):
+            assert "met" in _frame(doc, "http://127.0.0.1:8000", width)
+    bars = [line for line in _frame(odd).splitlines() if "100000000" in line]
+    assert bars and bars[0].count("█") == 20
