@@ -73,7 +73,10 @@ class TextStream:
     def _held_tail(self) -> int:
         """Length of the longest tail of the text that is a proper prefix of a stop string."""
         text = self._text
-        for n in range(min(len(text), max((len(s) for s in self.stop), default=1) - 1), 0, -1):
+        # such a tail lies within the unsent text (the tail held back last time and what came since): a longer
+        # one would extend a longer tail than the one held back. So a token costs O(new text), not O(all text)
+        longest = min(len(text) - self._sent, max((len(s) for s in self.stop), default=1) - 1)
+        for n in range(longest, 0, -1):
             tail = text[-n:]
             if any(s.startswith(tail) for s in self.stop):
                 return n

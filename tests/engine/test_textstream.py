@@ -66,3 +66,32 @@ def test_special_tokens_carry_no_text():
     # EOS (and BOS) count as consumed tokens but add no text
     s = TextStream()
     assert s.feed([EOS, *encode("hi")]) == ("hi", 3)
+
+
+@given(st.lists(st.sampled_from(encode("ab\né😀") + [EOS]), max_size=40),
+       st.lists(st.text(alphabet="ab\né😀", min_size=1, max_size=4), max_size=4), st.integers(1, 5))
+def test_several_stops_any_chunking_give_the_text_before_the_first(tokens, stops, step):
+    # overlapping stops, multi-byte characters split across feeds: the one-shot decode cut at the first stop
+    full = decode(tokens)
+    cut = min((full.find(s) for s in stops if s in full), default=len(full))
+    assert _run(TextStream(tuple(stops)), tokens, step) == full[:cut]
+
+
+class _Counted(str):
+    """A stop string that counts the tails compared with it."""
+
+    calls = 0
+
+    def startswith(self, *args) -> bool:
+        _Counted.calls += 1
+        return super().startswith(*args)
+
+
+def test_holding_back_costs_the_new_text_not_all_of_it():
+    # a long stop that never matches, 1000 bytes fed one by one: a few comparisons per byte, not one per byte
+    # of all the text so far (that was ~500k comparisons, O(n^2) on the scheduler thread, slowing every stream)
+    _Counted.calls = 0
+    s = TextStream((_Counted("a" * 2000),))
+    for t in encode("b" * 1000):
+        s.feed([t])
+    assert s.finish() == "" and _Counted.calls <= 2 * 1000
