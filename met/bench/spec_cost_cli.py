@@ -22,8 +22,8 @@ from met.bench.loop_sweep import NothingTimed, measure_in_loop
 from met.bench.meters import ENERGY_CHOICES, EnergyReadError, EnergyUnavailable, Meter, open_meter
 from met.bench.progress import Reporter
 from met.bench.sweep import QUICK, SweepParams, check_fits, measure
-from met.bench.table_files import (Existing, LockHeld, TableLock, Unwritable, changes, commit, foreign_calibration,
-                                   read_existing, remove_stale_temps, stage)
+from met.bench.table_files import (Existing, LockHeld, TableLock, Unwritable, changes, check_writable, commit,
+                                   foreign_calibration, read_existing, remove_stale_temps, stage)
 from met.engine.identity import (RunSettings, box_class, device_name, mtp_drafter_key, resolve_run,
                                  serve_table_key)
 from met.engine.prompts import PromptError, PromptsMissing
@@ -249,7 +249,10 @@ def _fail(code: int, message: str) -> None:
 
 def _target(out: Path) -> Path:
     """The file a run replaces: a symlink's target (replacing the link itself would leave its target stale)."""
-    return Path(os.path.realpath(out)) if out.is_symlink() else out
+    try:
+        return Path(os.path.realpath(out)) if out.is_symlink() else out
+    except OSError:  # a name too long to look up: the lock or the write check refuses it in one line
+        return out
 
 
 def _refuse_foreign(req: Request, old: Existing) -> None:
@@ -284,6 +287,12 @@ def _refuse_other_key(req: Request, old: Existing, name: str) -> None:
 
 def _run(req: Request, reporter: Reporter) -> None:
     """Everything under the lock: what is at --out, meter, recipe, sweep, calibration, then both writes."""
+    for path in (req.out, req.calibration_out) if req.calibration is not None else (req.out,):
+        try:
+            check_writable(path)
+        except OSError as exc:
+            raise Refusal(EX_CANTCREAT, f"cannot write beside {path}: {exc.strerror or exc}; nothing was measured") \
+                from None
     old = read_existing(req.out)
     _refuse_foreign(req, old)
     try:

@@ -111,6 +111,14 @@ def stage(path: Path, text: str) -> Path:
     return Path(temp)
 
 
+def check_writable(path: Path) -> None:
+    """Stage an empty temp file beside `path` and remove it: OSError now where the write would fail later.
+
+    A read-only folder or a name too long for a temp file beside it is found before a sweep, not after.
+    """
+    stage(path, "").unlink()
+
+
 def commit(temp: Path, path: Path) -> None:
     """Replace `path` with a staged temp file (os.replace), then fsync the folder so the rename survives a power cut."""
     try:

@@ -15,7 +15,7 @@ DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
 class StreamOptions(BaseModel):
     """OpenAI's stream_options: include_usage adds a last chunk with the usage counts."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # as the request's: "yes" is not true
     include_usage: bool = False
 
 
@@ -51,6 +51,16 @@ class CompletionRequest(BaseModel):
     def _stop_not_empty(cls, value: str | list[str] | None) -> str | list[str] | None:
         if value is not None and any(s == "" for s in ([value] if isinstance(value, str) else value)):
             raise ValueError("a stop string must not be empty")
+        return value
+
+    @field_validator("n", "best_of", "echo", "presence_penalty", "frequency_penalty", mode="before")
+    @classmethod
+    def _literal_of_its_type(cls, value: object, info: ValidationInfo) -> object:
+        # a Literal compares with ==, so true would pass as n = 1 and 0 as echo = false: check the JSON type first
+        want, types = {"n": ("integer", int), "best_of": ("integer", int), "echo": ("boolean", bool)}.get(
+            info.field_name, ("number", int | float))
+        if value is not None and (not isinstance(value, types) or isinstance(value, bool) != (types is bool)):
+            raise ValueError(f"Input should be a valid {want}")
         return value
 
     @field_validator("prompt", mode="before")

@@ -1,6 +1,7 @@
 """`met bench spec-cost` and `met tables check`'s key comparison through CliRunner, on the micro recipe."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -141,6 +142,18 @@ def test_an_unwritable_table_exits_73_in_one_line(use_micro, tmp_path, monkeypat
                              "there before are untouched\n")
     assert (out.read_bytes(), cal.read_bytes()) == before  # neither replaced (the calibration was, before)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "t.calibration.toml", "t.toml", "t.toml.lock"]
+
+
+def test_a_write_that_would_fail_is_refused_before_measuring(use_micro, tmp_path):
+    # --out names so long that the calibration's temp file, or the calibration itself, would pass the file
+    # system's NAME_MAX: 73 in one line before the sweep (was: after the whole sweep, or a traceback)
+    name_max = os.pathconf(tmp_path, "PC_NAME_MAX")
+    for stem in (name_max - 25, name_max - 15):  # `.STEM.calibration.toml.XXXXXXXX.tmp`; `STEM.calibration.toml`
+        out = tmp_path / f"{'t' * stem}.toml"
+        result = met("bench", "spec-cost", *FAST, "--out", str(out))
+        assert result.exit_code == EX_CANTCREAT and "File name too long; nothing was measured" in result.stderr
+        assert result.stderr.count("\n") == 1 and "Traceback" not in result.output, result.output
+    assert all(p.name.endswith(".lock") for p in tmp_path.iterdir())  # no table, no temp file
 
 
 def test_what_is_at_out_decides_whether_it_may_be_replaced(use_micro, tmp_path):

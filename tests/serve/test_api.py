@@ -91,6 +91,11 @@ def test_bad_requests_get_their_4xx_and_never_reach_the_scheduler(model):
         (good | {"max_tokens": True}, "k1", 422, "max_tokens"),  # nor a bool
         (good | {"stream": "yes"}, "k1", 422, "stream"),  # nor a string a bool
         (good | {"stream_options": {"include_usage": True}}, "k1", 422, "only allowed when stream"),
+        (good | {"stream": True, "stream_options": {"include_usage": "yes"}}, "k1", 422, "include_usage"),  # (was on)
+        (good | {"n": True}, "k1", 422, "n: Input should be a valid integer"),  # == 1, yet no integer (was served)
+        (good | {"n": 1.0}, "k1", 422, "n: Input should be a valid integer"),  # (was served)
+        (good | {"echo": 0}, "k1", 422, "echo: Input should be a valid boolean"),  # == false (was served)
+        (good | {"presence_penalty": False}, "k1", 422, "presence_penalty"),  # (was served)
         (good | {"prompt": "\ud800abc"}, "k1", 422, "not valid Unicode"),  # a lone surrogate (was a 500)
         (b'{"prompt": "a", "seed": ' + b"9" * 5000 + b"}", "k1", 400, "4300 digits"),  # (was a 500)
         (b'{"prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "k1", 400, "recursion"),  # (was a 500)
