@@ -49,8 +49,11 @@ class CompletionRequest(BaseModel):
     @field_validator("stop")
     @classmethod
     def _stop_not_empty(cls, value: str | list[str] | None) -> str | list[str] | None:
-        if value is not None and any(s == "" for s in ([value] if isinstance(value, str) else value)):
-            raise ValueError("a stop string must not be empty")
+        for s in [] if value is None else [value] if isinstance(value, str) else value:
+            if s == "":
+                raise ValueError("a stop string must not be empty")
+            if (bad := unencodable(s)) is not None:  # a lone surrogate: no text the model writes could match it
+                raise ValueError(f"a stop string {bad}")
         return value
 
     @field_validator("n", "best_of", "echo", "presence_penalty", "frequency_penalty", mode="before")

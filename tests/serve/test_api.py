@@ -97,6 +97,7 @@ def test_bad_requests_get_their_4xx_and_never_reach_the_scheduler(model):
         (good | {"echo": 0}, "k1", 422, "echo: Input should be a valid boolean"),  # == false (was served)
         (good | {"presence_penalty": False}, "k1", 422, "presence_penalty"),  # (was served)
         (good | {"prompt": "\ud800abc"}, "k1", 422, "not valid Unicode"),  # a lone surrogate (was a 500)
+        (good | {"stop": ["\n", "\ud83d"]}, "k1", 422, "not valid Unicode"),  # half an emoji (was a stop never met)
         (b'{"prompt": "a", "seed": ' + b"9" * 5000 + b"}", "k1", 400, "4300 digits"),  # (was a 500)
         (b'{"prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "k1", 400, "recursion"),  # (was a 500)
         (good | {"model": "gpt-4"}, "k1", 404, "gpt-4"),  # unknown model
