@@ -11,16 +11,21 @@ PLAIN_EVERY_S = 5.0  # a plain log gets a line at most this often within one pha
 
 
 class Reporter:
-    """Reports phases and their steps to stderr; `quiet` silences it, a non-terminal gets plain lines."""
+    """Reports phases and their steps to stderr; `quiet` silences it, a non-terminal gets plain lines.
+
+    Progress is news, not the product: a stream that is closed, full or gone (`2>&-`, a log on a
+    full disk, a reader that quit) stops the news and never the run.
+    """
 
     def __init__(self, quiet: bool = False, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
         self.quiet = quiet
-        self.rich = not quiet and self.stream.isatty()
+        self.rich = not quiet and self.stream is not None and self.stream.isatty()
         self._bar: Progress | None = None
         self._task = None
         self._phase = ""
         self._last = 0.0
+        self._lost = self.stream is None  # sys.stderr is None when the process started with it closed
 
     def __enter__(self) -> "Reporter":
         if self.rich:
@@ -40,7 +45,7 @@ class Reporter:
         if self._bar is not None:
             self._bar.console.print(message, highlight=False, markup=False)
         else:
-            print(message, file=self.stream, flush=True)
+            self._print(message)
 
     def step(self, phase: str, done: int, total: int, label: str = "") -> None:
         """`done` of `total` steps of `phase` are finished; `label` names the last one."""
@@ -55,4 +60,12 @@ class Reporter:
         now = time.monotonic()
         if phase != self._phase or done == total or now - self._last >= PLAIN_EVERY_S:
             self._phase, self._last = phase, now
-            print(f"{phase}: {done}/{total} {label}".rstrip(), file=self.stream, flush=True)
+            self._print(f"{phase}: {done}/{total} {label}".rstrip())
+
+    def _print(self, line: str) -> None:
+        if self._lost:
+            return
+        try:
+            print(line, file=self.stream, flush=True)
+        except OSError:
+            self._lost = True

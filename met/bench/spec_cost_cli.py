@@ -243,8 +243,20 @@ class Request:
 
 
 def _fail(code: int, message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
+    _echo(f"error: {message}", err=True)
     raise typer.Exit(code)
+
+
+def _echo(line: str, err: bool = False) -> None:
+    """One line out; a stream that cannot take it (full, closed, its reader gone) does not change the exit status.
+
+    The status says what happened to the table: a cron log on a full disk must not turn a written
+    table into a traceback and exit 1, nor a held lock's 75 into 1.
+    """
+    try:
+        typer.echo(line, err=err)
+    except (OSError, ValueError):  # ValueError: the stream was closed
+        pass
 
 
 def _target(out: Path) -> Path:
@@ -401,17 +413,17 @@ def _write(path: Path, cal_path: Path, old: Existing, table: CostTable, calibrat
         raise Refusal(EX_CANTCREAT, f"cannot replace {exc.filename or path}: {exc.strerror or exc}; the table "
                       f"there before is untouched{also}") from None
     if old.problem:  # said even under --quiet: a file was replaced that was no valid table
-        typer.echo(f"warning: {path} {old.problem}; replaced it with the new table", err=True)
+        _echo(f"warning: {path} {old.problem}; replaced it with the new table", err=True)
     if reporter.quiet:
         return
     for line in changes(old, table):
-        typer.echo(line)
-    typer.echo(f"wrote {path} ({len(table.cells)} cells, energy_source '{table.key.energy_source}', "
-               f"sweep {table.meta['sweep_s']:.0f} s)")
+        _echo(line)
+    _echo(f"wrote {path} ({len(table.cells)} cells, energy_source '{table.key.energy_source}', "
+          f"sweep {table.meta['sweep_s']:.0f} s)")
     if calibration is not None:
-        typer.echo(f"wrote {cal_path} ({calibration.outcomes} judged drafts, "
-                   f"{len(calibration.bins)} confidence bins, {len(calibration.position_priors)} position priors, "
-                   f"{len(calibration.carryover)} carry-over bins)")
+        _echo(f"wrote {cal_path} ({calibration.outcomes} judged drafts, "
+              f"{len(calibration.bins)} confidence bins, {len(calibration.position_priors)} position priors, "
+              f"{len(calibration.carryover)} carry-over bins)")
 
 
 def _recipe(name: str) -> Recipe:

@@ -1,6 +1,8 @@
 """The progress reporter (met.bench.progress): plain lines in a log, a bar on a terminal, silence when quiet."""
 
 import io
+import sys
+from unittest import mock
 
 from met.bench.progress import Reporter
 
@@ -35,3 +37,21 @@ def test_a_terminal_gets_a_bar():
     with Reporter(stream=stream) as r:
         r.step("sweep", 2, 4, "n=2 k=0 verify")
     assert r.rich and "2/4" in stream.getvalue() and "sweep" in stream.getvalue()
+
+
+class Full(io.StringIO):
+    """A log on a full disk: every write fails."""
+
+    def write(self, text: str) -> int:
+        raise OSError(28, "No space left on device")
+
+
+def test_a_stream_that_cannot_be_written_stops_the_news_not_the_run():
+    # a log on a full disk, and no stderr at all (a process started with 2>&-): no exception
+    with Reporter(stream=Full()) as r:
+        r.say("energy source: none")
+        r.step("sweep", 1, 1)
+    with mock.patch.object(sys, "stderr", None), Reporter() as r:  # sys.stderr is None under 2>&-
+        r.say("energy source: none")
+        r.step("sweep", 1, 1)
+    assert not r.rich

@@ -156,6 +156,39 @@ def test_a_write_that_would_fail_is_refused_before_measuring(use_micro, tmp_path
     assert all(p.name.endswith(".lock") for p in tmp_path.iterdir())  # no table, no temp file
 
 
+RUN_ONCE = r"""
+import sys
+from pathlib import Path
+import met.bench.spec_cost_cli as spec_cost_cli
+from met.cli import app
+from met.model.config import ModelConfig
+from met.model.recipes import Recipe
+spec_cost_cli.embedded = lambda name: Recipe("micro-random", ModelConfig.from_name("micro"), Path(sys.argv[1]),
+                                             sys.argv[2], {})
+app(sys.argv[3:], prog_name="met")
+"""
+
+
+def test_output_that_cannot_be_written_does_not_change_the_outcome(micro_recipe, tmp_path):
+    # a cron log on a full disk (stdout and stderr to /dev/full): the table is still measured and written, exit 0
+    # (was: exit 1 at the first progress line, nothing written); a held lock is still 75 (was 1)
+    import subprocess
+    import sys
+
+    out = tmp_path / "t.toml"
+
+    def run() -> int:
+        with open("/dev/full", "w") as full:
+            return subprocess.run([sys.executable, "-c", RUN_ONCE, str(micro_recipe.weights), micro_recipe.digest,
+                                   "bench", "spec-cost", *FAST, "--energy", "none", "--out", str(out)],
+                                  stdout=full, stderr=full, timeout=300).returncode
+
+    assert run() == EX_OK
+    assert CostTable.parse(out.read_text()) and AcceptanceCalibration.parse(calibration_path(out).read_text())
+    with TableLock(out):
+        assert run() == EX_TEMPFAIL
+
+
 def test_what_is_at_out_decides_whether_it_may_be_replaced(use_micro, tmp_path):
     # someone's other file (73) or another box's table (78) is refused before measuring unless --replace;
     # a damaged table of ours is replaced, with a warning even under --quiet; a symlink's target is replaced
