@@ -59,8 +59,7 @@ def price(run: Run, table: CostTable | None) -> float | None:
     for mode, width, k, count in run.steps:
         if k > table.kmax:
             return None
-        cell = table.cell(width, k)
-        joules += count * (cell.verify_j + (cell.draft_j if mode == "mtp" else 0.0))
+        joules += count * table.step_joules(width, k, drafted=mode == "mtp")
     return joules
 
 

@@ -13,6 +13,7 @@ from typing import Protocol
 from met.engine.requests import SeqState
 from met.engine.runner import Draft, ModelRunner
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools, clamp_drafts_to_slot_capacity
+from met.speculative.spec_cost import CostTable
 from met.speculative.spec_cost.plan import PlanDecision
 
 
@@ -25,6 +26,7 @@ class StepPlan:
     depths: tuple[int, ...]  # per running sequence, after clamps (0: a plain decode row)
     why: str  # e.g. "ladder", "rung:two", "gate:plain", "plan k=2 ...", with ", clamp:pool" when clamped
     decision: PlanDecision | None = None  # the measured planner's figures (--spec-cost-model measured)
+    table: CostTable | None = None  # prices the step as it ran (the measured planner's table; None: not priced)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +59,13 @@ def clamp_depths(depth: int, runner: ModelRunner, seqs: Sequence[SeqState],
     capped = clamp_drafts_to_slot_capacity(depth, lens, [runner.max_len] * len(seqs), pools)
     final = tuple(max(0, min(c, s.remaining - 1)) for c, s in zip(capped, seqs))
     if all(c == depth for c in capped):
-        return final, ""
+        return final, "" if all(f == depth for f in final) else "clamp:remaining"
     return final, "clamp:pool" if pools.max_drafts(len(seqs)) < depth else "clamp:kv"
+
+
+def drafting(mode: str, depths: Sequence[int]) -> str:
+    """The step's mode, or "plain" when the clamps left no sequence a draft (no draft is made or verified)."""
+    return mode if any(depths) else "plain"
 
 
 def joined(why: str, clamp: str) -> str:

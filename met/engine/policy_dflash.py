@@ -9,7 +9,7 @@ stream; then the capacity clamp. The drafter is any callable with the BlockDraft
 from collections.abc import Sequence
 from typing import Protocol
 
-from met.engine.policy_base import Outcome, StepPlan, clamp_depths, joined
+from met.engine.policy_base import Outcome, StepPlan, clamp_depths, drafting, joined
 from met.engine.requests import SeqState
 from met.engine.runner import Draft, ModelRunner
 from met.speculative.dflash_rung import DflashRung
@@ -48,7 +48,7 @@ class DflashPolicy:
         gamma = self.rung.gamma_for(len(seqs), self.drafter.block)
         depths, clamp = clamp_depths(gamma, runner, seqs, self.pools)
         why = f"dflash:{'single' if len(seqs) == 1 else 'tier'}"
-        return StepPlan("dflash", gamma, depths, joined(why, clamp))
+        return StepPlan(drafting("dflash", depths), gamma, depths, joined(why, clamp))
 
     def draft(self, runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]:
         if not any(plan.depths):

@@ -8,7 +8,7 @@ propose fewer, and a sequence with no match verifies no drafts (a plain row in t
 
 from collections.abc import Sequence
 
-from met.engine.policy_base import Outcome, StepPlan, clamp_depths, joined
+from met.engine.policy_base import Outcome, StepPlan, clamp_depths, drafting, joined
 from met.engine.requests import SeqState
 from met.engine.runner import Draft, ModelRunner
 from met.speculative.spec_capacity import VerifyPools
@@ -24,7 +24,7 @@ class LookupPolicy:
 
     def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
         depths, clamp = clamp_depths(self.depth, runner, seqs, self.pools)
-        return StepPlan("lookup", self.depth, depths, joined(self.name, clamp))
+        return StepPlan(drafting("lookup", depths), self.depth, depths, joined(self.name, clamp))
 
     def draft(self, runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]:
         return [s.proposer.host_draft(k) for s, k in zip(seqs, plan.depths)]

@@ -39,7 +39,7 @@ still applies, so the default pools verify one draft at widths 9..=16 whatever k
 
 from collections.abc import Mapping, Sequence
 
-from met.engine.policy_base import Outcome, StepPlan, clamp_depths, joined
+from met.engine.policy_base import Outcome, StepPlan, clamp_depths, drafting, joined
 from met.engine.requests import SeqState
 from met.engine.runner import Draft, ModelRunner, Replan
 from met.speculative.adaptive_rung import AdaptiveRung
@@ -75,7 +75,7 @@ class MtpLadderPolicy:
         depth = self.rung.drafts_for(width, self.num_drafts, self.env)
         why = "rung:two" if depth > mtp_ladder_drafts(width, self.num_drafts) else "ladder"
         depths, clamp = clamp_depths(depth, runner, seqs, self.pools)
-        return StepPlan("mtp", depth, depths, joined(why, clamp))
+        return StepPlan(drafting("mtp", depths), depth, depths, joined(why, clamp))
 
     def draft(self, runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]:
         return _draft(runner, seqs, plan)
@@ -128,7 +128,7 @@ class MtpPlannedPolicy:
         why = decision.why if not self.probing else f"probe after {self.plain_steps} plain steps ({decision.why})"
         self.plain_steps = 0 if any(depths) else self.plain_steps + 1
         depth = max(decision.k, int(self.probing))
-        return StepPlan("mtp" if depth else "plain", depth, depths, joined(why, clamp), decision)
+        return StepPlan(drafting("mtp", depths), depth, depths, joined(why, clamp), decision, self.state.table)
 
     def draft(self, runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]:
         width, deepest, floor = len(seqs), max(plan.depths, default=0), int(self.probing)
@@ -161,7 +161,7 @@ class MtpFixedPolicy:
 
     def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
         depths, clamp = clamp_depths(self.depth, runner, seqs, self.pools)
-        return StepPlan("mtp", self.depth, depths, joined(f"fixed k={self.depth}", clamp))
+        return StepPlan(drafting("mtp", depths), self.depth, depths, joined(f"fixed k={self.depth}", clamp))
 
     def draft(self, runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]:
         return _draft(runner, seqs, plan)

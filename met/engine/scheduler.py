@@ -268,7 +268,9 @@ class Scheduler:
             # the runner's margin is in log-prob: under 0.05 the runner-up is within 5% of the top token
             self.stats.record_b1_margin(1, results[0].margin)
         self.stats.record_step(plan.mode, seconds)
-        energy = plan.decision.energy_j if plan.decision is not None else None
+        # priced as it ran: a probe drafts where the plan said k = 0, replans go deeper or stop early
+        verified = max((o.proposed for o in outcomes), default=0)
+        energy = plan.table.step_joules(len(outcomes), verified) if plan.table is not None else None
         self.counters.record_step(sum(o.emitted for o in outcomes), seconds, energy)
         self.policy.observe(plan, outcomes, seconds)
         for seq in [s for s in seqs if s.finish]:

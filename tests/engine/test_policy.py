@@ -85,7 +85,20 @@ def test_clamps_kv_room_and_remaining_tokens():
     # 3 positions of KV room left: at most 2 drafts; a request with 2 tokens left drafts at most 1
     depths, why = clamp_depths(4, _runner(length=125), _seqs(1))
     assert (depths, why) == ((2,), "clamp:kv")
-    assert clamp_depths(4, _runner(), _seqs(1, max_tokens=2))[0] == (1,)
+    assert clamp_depths(4, _runner(), _seqs(1, max_tokens=2)) == ((1,), "clamp:remaining")
+
+
+@pytest.mark.parametrize("make", [
+    lambda: MtpFixedPolicy(2, 4, DEFAULT_POOLS),
+    lambda: MtpLadderPolicy(4, DEFAULT_POOLS, {}),
+    lambda: LookupPolicy("prompt-lookup", 4, DEFAULT_POOLS),
+])
+def test_a_step_the_clamps_leave_without_drafts_is_a_plain_step(make):
+    # the last token of a request (nothing past it could be emitted) or a full context: no draft is
+    # made or verified, so the step is counted, shown and observed (by the MTP gate) as plain decode
+    assert make().plan(_runner(), _seqs(2, max_tokens=1)).mode == "plain"
+    assert make().plan(_runner(length=127), _seqs(1)).mode == "plain"
+    assert make().plan(_runner(), _seqs(2)).mode != "plain"
 
 
 SURE_NEXT = [CarryBin(-2.0, (0.05,), (200,)), CarryBin(0.0, (0.95,) * 4, (300, 280, 260, 250))]

@@ -212,3 +212,30 @@ def test_shared_lookup_is_scoped_by_tenant(model):
     bob = sched._proposer(Request("b", tuple(history), 4, tenant="bob"))
     assert alice.host_draft(3).tokens == [7, 8, 9]
     assert bob.host_draft(3).tokens == []
+
+
+def test_energy_counts_each_step_as_it_ran_not_as_first_planned(model):
+    # A metered table where plain decode is cheapest: the planner plans k = 0 on every step, and every
+    # PROBE_AFTER plain steps a probe drafts anyway. The counter prices each step at its width and the
+    # deepest drafts it verified (a probe at its drafts, not at the plan's k = 0).
+    from met.engine.policy_mtp import MtpPlannedPolicy
+    from met.speculative.spec_capacity import DEFAULT_POOLS
+    from met.speculative.spec_cost import (AcceptanceCalibration, Cell, ConfidenceBin, CostTable, DrafterKey,
+                                           PositionPrior, SpecCostState, TableKey)
+
+    key = TableKey("box", "r@d", "nvml", {"decode": "a", "verify": "b", "draft_mtp": "c"})
+    cells = [Cell(n, k, 0.01 * (1 + k), 0.01 * k, 1.0 + k, 0.5 * k) for n in (1, 4) for k in range(3)]
+    drafter = DrafterKey("mtp", "r", "d")
+    cal = AcceptanceCalibration(drafter, 0.1, 1000, [ConfidenceBin(0.0, 0.1, 1000)], [PositionPrior(1, 0.1, 1000)])
+    state = SpecCostState(CostTable(key, cells), cal, 0.1, key, drafter)
+    ran = []  # (width, deepest drafts verified, the first plan's k) per step
+
+    class Seen(MtpPlannedPolicy):
+        def observe(self, plan, outcomes, seconds):
+            ran.append((len(outcomes), max(o.proposed for o in outcomes), plan.decision.k))
+
+    sched = Scheduler(ModelRunner(model, 4), Seen(state, model.cfg.mtp_depth, DEFAULT_POOLS), "micro@t")
+    _drive(sched, [Request(str(i), tuple(p), 40) for i, p in enumerate(_prompts(4))])
+    assert any(k > 0 and planned == 0 for _, k, planned in ran)  # probes ran
+    # verify_j 1 + k and draft_j 0.5 k at every width
+    assert sched.counters.energy_j == pytest.approx(sum(1.0 + 1.5 * k for _, k, _ in ran))

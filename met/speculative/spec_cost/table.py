@@ -162,6 +162,17 @@ class CostTable:
         self._between[n, k] = made
         return made
 
+    def step_joules(self, n: int, k: int, drafted: bool = True) -> float | None:
+        """Joules of a step that verified k drafts per sequence at width n (and drafted them, unless a host did).
+
+        None when the table has no energy. Priced at the deepest drafts verified: drafts made and then
+        dropped before the verify are not priced.
+        """
+        cell = self.cell(n, k)
+        if cell.verify_j is None:
+            return None
+        return cell.verify_j + (cell.draft_j if drafted else 0.0)
+
     def _interpolate(self, n: int, k: int, i: int) -> Cell:
         """cell(n, k) between the measured widths widths[i - 1] < n < widths[i]."""
         lo, hi = self._index[self._widths[i - 1], k], self._index[self._widths[i], k]
