@@ -16,7 +16,9 @@ POSITION_ARMS = (2, 3, 4)  # verify depths whose per-position matches are counte
 class SpecStats:
     """Counters for one run; the scheduler thread is the only writer."""
 
-    low_margin: float = 0.05  # B1 gauge threshold on the target's top-1 minus top-2 probability
+    # B1 gauge threshold on the target's top-1 minus top-2 log-probability, log(p1 / p2): under 0.05 the
+    # runner-up is within 5% of the top token (the logits' difference; it needs no softmax)
+    low_margin: float = 0.05
     drafted: int = 0  # tokens the drafter produced, including those the capacity clamp dropped
     proposed: int = 0  # drafts verified (sum of depth k over sequence-steps)
     accepted: int = 0  # verified drafts accepted; excludes the bonus token
@@ -35,7 +37,7 @@ class SpecStats:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.low_margin <= 1.0:
-            raise ValueError(f"low_margin must be a probability margin in [0, 1], got {self.low_margin}")
+            raise ValueError(f"low_margin must be a log-prob margin in [0, 1], got {self.low_margin}")
 
     def record_verify(self, matches: Sequence[bool], drafted: int | None = None) -> None:
         """Count one sequence-step: matches[i] says whether draft i matched the target."""
@@ -60,7 +62,7 @@ class SpecStats:
                     self.arm_matched[k][i] += 1
 
     def record_b1_margin(self, width: int, margin: float) -> None:
-        """Count a step's target top-1 minus top-2 probability toward the B1 gauge; width-1 steps only."""
+        """Count a step's target top-1 minus top-2 log-probability toward the B1 gauge; width-1 steps only."""
         if not math.isfinite(margin) or margin < 0.0:
             raise ValueError(f"margin must be finite and >= 0, got {margin}")
         if width != 1:
