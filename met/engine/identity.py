@@ -147,10 +147,20 @@ def box_class(device: str = "cpu", override: str | None = None, threads: int | N
     if dev.type == "cuda":
         name = torch.cuda.get_device_name(dev)
         same = sum(torch.cuda.get_device_name(i) == name for i in range(torch.cuda.device_count()))
-        return f"{_slug(name)}x{same}"[:64]
+        return _fit("", _slug(name), f"x{same}")
     if dev.type == "cpu":
-        return f"cpu-{_slug(cpu_model())}-{threads or torch.get_num_threads()}t"[:64]
+        return _fit("cpu-", _slug(cpu_model()), f"-{threads or torch.get_num_threads()}t")
     return f"{dev.type}x1"
+
+
+def _fit(prefix: str, slug: str, suffix: str) -> str:
+    """prefix + slug + suffix in a box class's 64 characters: a long name is cut, never the count that ends it.
+
+    Cutting the whole name instead dropped `-16t` from a long CPU name, so its 2- and 16-thread
+    boxes shared one box class (and one default table path).
+    """
+    room = 64 - len(prefix) - len(suffix)
+    return f"{prefix}{slug[:room].rstrip('-')}{suffix}"
 
 
 def device_name(device: str = "cpu") -> str:

@@ -59,6 +59,14 @@ def test_box_class_cpu_names_model_and_threads(monkeypatch, tmp_path):
     assert box_class("cpu") == "cpu-amd-epyc-7b13-3t"
 
 
+def test_a_long_cpu_name_keeps_its_thread_count_in_the_box_class(monkeypatch):
+    # the 64-character cut falls in the name, not on the count: 2 and 16 threads are two box classes
+    monkeypatch.setattr(identity, "cpu_model", lambda: "Vendor " + "Experimental Family " * 5 + "Model 9")
+    two, sixteen = box_class("cpu", threads=2), box_class("cpu", threads=16)
+    assert two.endswith("-2t") and sixteen.endswith("-16t") and two != sixteen
+    assert len(sixteen) == 64 and "--" not in two + sixteen and box_class("cpu", sixteen) == sixteen
+
+
 def test_box_class_override_is_validated():
     assert box_class("cpu", "my-box.1") == "my-box.1"
     with pytest.raises(ValueError, match="not a name"):
