@@ -19,12 +19,16 @@ CACHE_FILE = "digests.json"
 MAX_ENTRIES = 256  # folders remembered; the oldest entries go first
 
 
-def cache_dir() -> Path:
-    """Where the cache lives: $MET_CACHE_DIR, else $XDG_CACHE_HOME/met, else ~/.cache/met."""
+def cache_dir() -> Path | None:
+    """Where the cache lives: $MET_CACHE_DIR, else $XDG_CACHE_HOME/met, else ~/.cache/met; None: there is no home."""
     if explicit := os.environ.get("MET_CACHE_DIR"):
         return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "met"
+    if base := os.environ.get("XDG_CACHE_HOME"):
+        return Path(base) / "met"
+    try:
+        return Path.home() / ".cache" / "met"
+    except RuntimeError:  # no $HOME and a uid with no passwd entry (a container run as an arbitrary user)
+        return None
 
 
 def cached_digest(folder: Path, files: list[Path], compute: Callable[[list[Path]], str]) -> str:
@@ -51,15 +55,18 @@ def _stamp(path: Path) -> list:
 
 
 def _read() -> dict:
+    if (folder := cache_dir()) is None:
+        return {}
     try:
-        doc = json.loads((cache_dir() / CACHE_FILE).read_text(encoding="utf-8"))
+        doc = json.loads((folder / CACHE_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return doc if isinstance(doc, dict) else {}
 
 
 def _write(entries: dict) -> None:
-    folder = cache_dir()
+    if (folder := cache_dir()) is None:
+        return
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, temp = tempfile.mkstemp(prefix=f".{CACHE_FILE}.", suffix=".tmp", dir=folder)

@@ -100,3 +100,16 @@ def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "h"))
     assert cache_dir() == tmp_path / "h" / ".cache" / "met"
+
+
+def test_no_home_costs_a_hash_and_nothing_else(folder, monkeypatch):
+    # no $HOME and a uid without a passwd entry (Path.home() raises RuntimeError): hashed, no traceback
+    monkeypatch.delenv("MET_CACHE_DIR")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.delenv("HOME", raising=False)
+    monkeypatch.setattr(os.path, "expanduser", lambda path: path)  # what it returns when the passwd lookup fails
+    assert cache_dir() is None
+    digest = Counting()
+    for _ in range(2):
+        assert cached_digest(folder, files_of(folder), digest) == files_digest(files_of(folder))
+    assert digest.calls == 2
