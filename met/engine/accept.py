@@ -44,7 +44,10 @@ def speculative_accept(drafts: list[int], q: torch.Tensor | None, p: torch.Tenso
 
 def target_distribution(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
     """Probabilities [..., V] from logits under temperature and nucleus (top-p) truncation."""
-    probs = torch.softmax(logits.double() / temperature, dim=-1)
+    x = logits.double()
+    # From the row's maximum down, so a tiny temperature (5e-324) sends the rest to -inf, not the top to inf
+    # (inf - inf is NaN in the softmax, and multinomial refuses the row).
+    probs = torch.softmax((x - x.amax(-1, keepdim=True)) / temperature, dim=-1)
     if top_p >= 1.0:
         return probs
     sorted_p, order = probs.sort(dim=-1, descending=True)

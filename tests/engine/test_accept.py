@@ -56,3 +56,14 @@ def test_top_p_keeps_the_nucleus():
     logits = torch.log(torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64))
     out = target_distribution(logits, 1.0, 0.7)
     assert torch.allclose(out, torch.tensor([0.625, 0.375, 0.0], dtype=torch.float64))
+
+
+def test_a_tiny_temperature_is_the_argmax_not_nan():
+    # logits / 5e-324 overflowed to inf and the softmax gave NaN, which multinomial refused (a request's
+    # failure that failed every sequence in its step); from the row's maximum down it is the argmax
+    for t in (5e-324, 1e-308, 1e-30):
+        probs = target_distribution(torch.tensor([[1.0, 3.0, 2.0], [-5.0, -6.0, -7.0]]), t, 1.0)
+        assert probs.tolist() == [[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]]
+    # and at ordinary temperatures nothing changes: the softmax is shift-invariant
+    logits = torch.tensor([0.3, -1.2, 2.5, 0.0])
+    assert torch.allclose(target_distribution(logits, 0.7, 1.0), torch.softmax(logits.double() / 0.7, -1))

@@ -203,6 +203,18 @@ def test_sampling_is_served_and_seeded(model):
     assert out[0][0] == out[1][0] and out[0][1].completion_tokens == 16
 
 
+@pytest.mark.parametrize("spec", ["off", "mtp"])
+def test_a_tiny_temperature_is_served_beside_a_greedy_request(model, spec):
+    # "temperature": 5e-324 failed the prefill (1e-308 a later step) and every request in it with a 500
+    prompts = _prompts(2)
+    sched = Scheduler(ModelRunner(model, 2), build_policy(PolicyConfig(spec), model.cfg.mtp_depth), "micro@t")
+    tiny = [Request(f"t{t}", tuple(prompts[0]), 12, Sampling(t, 1.0, seed=1)) for t in (5e-324, 1e-308)]
+    out = _drive(sched, [*tiny, Request("greedy", tuple(prompts[1]), 12)])
+    assert all(isinstance(end, Finished) for _, end in out)
+    # at a temperature this small sampling is greedy
+    assert [text for text, _ in out] == [_solo(model, prompts[0], 12)] * 2 + [_solo(model, prompts[1], 12)]
+
+
 def test_shared_lookup_is_scoped_by_tenant(model):
     # alice's finished request is copied from by alice's next sequence, never by bob's
     sched = Scheduler(ModelRunner(model, 2), build_policy(PolicyConfig("prompt-lookup"), 4), "micro@t")
