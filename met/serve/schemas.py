@@ -105,7 +105,7 @@ def parse_request(raw: bytes) -> CompletionRequest:
         reason = str(exc).split("; use sys.set_int_max_str_digits", 1)[0]  # advice for Python callers, not clients
         raise ApiError(400, f"the request body is not valid JSON ({reason})", "invalid_json") from None
     if not isinstance(doc, dict):
-        raise ApiError(400, f"the request body must be a JSON object, got {type(doc).__name__}", "invalid_json")
+        raise ApiError(400, f"the request body must be a JSON object, got {_json_kind(doc)}", "invalid_json")
     try:
         return CompletionRequest.model_validate(doc)
     except ValidationError as exc:
@@ -152,3 +152,14 @@ def sse(doc: dict | str) -> bytes:
     """One server-sent event: `data: <json>` and a blank line."""
     data = doc if isinstance(doc, str) else json.dumps(doc, separators=(",", ":"))
     return f"data: {data}\n\n".encode()
+
+
+def _json_kind(doc: object) -> str:
+    """What a parsed JSON value is, in JSON's words (null, not NoneType)."""
+    if doc is None:
+        return "null"
+    if isinstance(doc, bool):
+        return "a boolean"
+    if isinstance(doc, int | float):
+        return "a number"
+    return "a string" if isinstance(doc, str) else "an array"

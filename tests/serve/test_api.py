@@ -81,7 +81,8 @@ def test_bad_requests_get_their_4xx_and_never_reach_the_scheduler(model):
     good = {"model": MODEL, "prompt": "hi", "max_tokens": 4, "temperature": 0}
     cases = [
         (b"{not json", "k1", 400, "not valid JSON"),  # bad JSON
-        (b"[1, 2]", "k1", 400, "JSON object"),  # JSON, but not an object
+        (b"[1, 2]", "k1", 400, "JSON object, got an array"),  # JSON, but not an object
+        (b"null", "k1", 400, "JSON object, got null"),  # in JSON's words, not Python's NoneType
         (good | {"max_tokens": -3}, "k1", 422, "max_tokens"),  # negative max_tokens
         (good | {"temperature": 7}, "k1", 422, "temperature"),  # out of range
         (good | {"prompt": ""}, "k1", 422, "prompt"),  # empty prompt
