@@ -102,7 +102,7 @@ def check(path: FileArg, no_key: NoKeyOpt = False, recipe: RecipeOpt = DEFAULT_R
     """
     if not path.is_dir():
         raise typer.Exit(_check_one(path, no_key, recipe, box_class, device, dtype))
-    files = sorted(f for f in path.rglob("*.toml") if not f.name.startswith("."))
+    files = sorted(f for f in path.rglob("*.toml") if not f.name.startswith(".") and not f.is_dir())
     if not files:
         raise _refuse(Refusal(EX_NOINPUT, f"{path}: a folder with no *.toml files to check"))
     codes = [_check_one(f, no_key, recipe, box_class, device, dtype) for f in files]

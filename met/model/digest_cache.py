@@ -23,7 +23,7 @@ def cache_dir() -> Path | None:
     """Where the cache lives: $MET_CACHE_DIR, else $XDG_CACHE_HOME/met, else ~/.cache/met; None: there is no home."""
     if explicit := os.environ.get("MET_CACHE_DIR"):
         return Path(explicit)
-    if base := os.environ.get("XDG_CACHE_HOME"):
+    if (base := os.environ.get("XDG_CACHE_HOME")) and Path(base).is_absolute():  # the XDG spec: ignore a relative one
         return Path(base) / "met"
     try:
         return Path.home() / ".cache" / "met"

@@ -159,6 +159,7 @@ def test_check_of_a_folder_checks_every_toml_under_it_and_exits_with_the_first_f
     write(tmp_path / "box", "not a table", "d.toml")
     write(tmp_path, "lock", "a.toml.lock")  # not *.toml: left alone, as is a killed write's hidden temp
     write(tmp_path, "junk", ".a.toml.123.tmp.toml")
+    (tmp_path / "old.toml").mkdir()  # a folder named like a table is a folder: searched, not a failing file
     code, out, err = check(tmp_path)
     assert code == EX_DATAERR  # c.toml's, the first failure in path order (d.toml's is 65 too)
     lines = out.splitlines()

@@ -100,6 +100,9 @@ def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "h"))
     assert cache_dir() == tmp_path / "h" / ".cache" / "met"
+    # a relative XDG_CACHE_HOME is ignored, as the XDG spec says (it was read from the working directory)
+    monkeypatch.setenv("XDG_CACHE_HOME", "cache")
+    assert cache_dir() == tmp_path / "h" / ".cache" / "met"
 
 
 def test_no_home_costs_a_hash_and_nothing_else(folder, monkeypatch):
