@@ -1,5 +1,8 @@
 """The `met` command line: wires each subpackage's Typer app together, nothing more."""
 
+import errno
+import os
+import sys
 from typing import Annotated
 
 import typer
@@ -8,6 +11,7 @@ from met import __version__
 from met.bench.cli import bench_app
 from met.bench.tables_cli import tables_app
 from met.engine.cli import generate
+from met.exit_codes import EX_IOERR
 from met.model.cli import model_app
 from met.serve.cli import serve, top
 
@@ -45,4 +49,22 @@ def _root(
 
 def main() -> None:
     """Console-script entry point."""
-    app()
+    try:
+        app()
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EIO, errno.EPIPE):
+            raise
+        # stdout on a full disk (`> /dev/full`, a cron log) or gone: say so in one line, not a traceback.
+        # The commands' own files are written and reported on their own (bench spec-cost: 73, untouched).
+        _say(f"error: cannot write the output: {exc.strerror}")
+        for stream in (sys.stdout, sys.stderr):  # nothing more to flush at exit, where it would fail again
+            if stream is not None:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+        sys.exit(EX_IOERR)
+
+
+def _say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError, AttributeError):  # stderr full, closed or absent too
+        pass

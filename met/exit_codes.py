@@ -18,6 +18,9 @@ EX_SOFTWARE = 70
 EX_CANTCREAT = 73
 """An output file could not be written."""
 
+EX_IOERR = 74
+"""The command's output (stdout) could not be written: a full disk, a device error."""
+
 EX_TEMPFAIL = 75
 """Temporary failure, try again later: another run holds the lock."""
 
