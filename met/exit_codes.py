@@ -26,3 +26,6 @@ EX_TEMPFAIL = 75
 
 EX_CONFIG = 78
 """A configuration mismatch: a table or calibration measured under another key than this box's."""
+
+EX_INTERRUPTED = 130
+"""Interrupted by Ctrl-C (SIGINT): 128 + the signal's number, as shells report it."""

@@ -27,7 +27,8 @@ from met.bench.table_files import (Existing, LockHeld, TableLock, Unwritable, ch
 from met.engine.identity import (RunSettings, box_class, device_name, mtp_drafter_key, resolve_run,
                                  serve_table_key)
 from met.engine.prompts import PromptError, PromptsMissing
-from met.exit_codes import EX_CANTCREAT, EX_CONFIG, EX_DATAERR, EX_NOINPUT, EX_OK, EX_TEMPFAIL, EX_UNAVAILABLE
+from met.exit_codes import (EX_CANTCREAT, EX_CONFIG, EX_DATAERR, EX_INTERRUPTED, EX_NOINPUT, EX_OK, EX_TEMPFAIL,
+                            EX_UNAVAILABLE)
 from met.model.corpus import heldout_prompts
 from met.model.dflash import DflashDrafter, DrafterError, load_drafter, shipped_path
 from met.model.recipes import DEFAULT_RECIPE, Recipe, RecipeError, embedded
@@ -174,7 +175,9 @@ def spec_cost(
     file cannot be created, or a file there is no met table and --replace was not given): the table
     there before is untouched; 75 (EX_TEMPFAIL) another run holds the table's lock: nothing was
     touched, try later; 78 (EX_CONFIG) --out holds the table of another box class or model and
-    --replace was not given: nothing was measured.
+    --replace was not given: nothing was measured; 130 interrupted (Ctrl-C): the table and its
+    calibration are each whole, as they were or as the run wrote them (SIGTERM, SIGKILL: the same,
+    unannounced).
     """
     if drafter not in ("mtp", "dflash"):
         raise typer.BadParameter(f"{drafter!r} is not one of mtp, dflash", param_hint="--drafter")
@@ -219,6 +222,9 @@ def spec_cost(
         _fail(EX_CANTCREAT, f"{exc}; nothing was measured")
     except Refusal as exc:
         _fail(exc.code, str(exc))
+    except KeyboardInterrupt:  # true at any moment: each file is renamed into place whole, or not at all
+        _fail(EX_INTERRUPTED, f"interrupted: {request.out} and its calibration are each whole, as they were "
+              "or as this run wrote them")
     raise typer.Exit(EX_OK)
 
 

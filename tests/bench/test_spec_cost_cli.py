@@ -8,11 +8,12 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from met.bench import meters
+from met.bench import meters, spec_cost_cli
 from met.bench.spec_cost_cli import calibration_path
 from met.bench.table_files import TableLock
 from met.cli import app
-from met.exit_codes import EX_CANTCREAT, EX_CONFIG, EX_DATAERR, EX_NOINPUT, EX_OK, EX_TEMPFAIL, EX_UNAVAILABLE
+from met.exit_codes import (EX_CANTCREAT, EX_CONFIG, EX_DATAERR, EX_INTERRUPTED, EX_NOINPUT, EX_OK, EX_TEMPFAIL,
+                            EX_UNAVAILABLE)
 from met.speculative.spec_cost import AcceptanceCalibration, CostTable
 
 runner = CliRunner()
@@ -324,3 +325,20 @@ def test_nvml_sweep_on_this_gpu(use_micro, tmp_path):
     table = CostTable.parse(out.read_text())
     assert table.key.energy_source == "nvml" and all(c.verify_j > 0 for c in table.cells)
     assert table.key.box_class.startswith("nvidia-")
+
+
+def test_ctrl_c_is_exit_130_in_one_line_and_the_files_stay_whole(use_micro, tmp_path, monkeypatch):
+    # Ctrl-C mid-sweep ended with a bare blank line; now one line says what state the files are in
+    out = tmp_path / "t.toml"
+    assert met("bench", "spec-cost", *FAST, "--quiet", "--out", str(out)).exit_code == EX_OK
+    before = out.read_bytes(), calibration_path(out).read_bytes()
+
+    def interrupted(request, reporter):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(spec_cost_cli, "_run", interrupted)
+    result = met("bench", "spec-cost", *FAST, "--quiet", "--out", str(out))
+    assert result.exit_code == EX_INTERRUPTED
+    assert result.stderr == (f"error: interrupted: {out} and its calibration are each whole, as they were or as "
+                             "this run wrote them\n")
+    assert (out.read_bytes(), calibration_path(out).read_bytes()) == before
