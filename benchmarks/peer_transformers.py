@@ -5,7 +5,7 @@ Run: python3 benchmarks/peer_transformers.py [--prompts 8] [--tokens 128] [--rep
 The embedded recipe's main model is exported as a LlamaForCausalLM checkpoint; transformers'
 generate runs it plain and with prompt lookup, met runs it plain and with its speculation
 (MTP at depths 1..4 and prompt lookup); both engines' prompt lookup runs at each of LOOKUP_DEPTHS
-drafts per step, and each side's best is compared. Each engine runs the same held-out prompts,
+drafts per step (met's also with --lookup-min-ngram 3), and each side's best is compared. Each engine runs the same held-out prompts,
 interleaved prompt by prompt within each repeat; tokens/s is generated tokens over wall time of the
 whole generate call (prefill included for both). The greedy texts are compared token by token.
 """
@@ -32,6 +32,7 @@ from met.model.tokenizer import encode
 
 LOOKUP_DEPTHS = (2, 4, 10)  # most drafts per step of prompt lookup (transformers' default is 10)
 HF_DEFAULT = "transformers prompt lookup (10)"
+STRICT = 3  # met's --lookup-min-ngram for its second set of prompt-lookup runs
 
 
 def hf_generate(hf, prompt: list[int], tokens: int, lookup: int | None) -> tuple[list[int], float]:
@@ -45,10 +46,11 @@ def hf_generate(hf, prompt: list[int], tokens: int, lookup: int | None) -> tuple
     return out[0, len(prompt) :].tolist(), time.perf_counter() - t
 
 
-def met_generate(runner, prompt: list[int], tokens: int, spec: str, depth: int) -> tuple[list[int], float]:
+def met_generate(runner, prompt: list[int], tokens: int, spec: str, depth: int,
+                 lookup_min: int = 1) -> tuple[list[int], float]:
     """met's generate at width 1; returns (new tokens, seconds including prefill)."""
     t = time.perf_counter()
-    out = generate(runner, [prompt], tokens, spec, depth, stop_at_eos=False)[0]
+    out = generate(runner, [prompt], tokens, spec, depth, stop_at_eos=False, lookup_min=lookup_min)[0]
     return out.tokens, time.perf_counter() - t
 
 
@@ -74,6 +76,9 @@ def main() -> int:
         **{f"met mtp depth {d}": (lambda p, d=d: met_generate(runner, p, args.tokens, "mtp", d)) for d in (1, 2, 3, 4)},
         **{f"met prompt lookup ({d})": (lambda p, d=d: met_generate(runner, p, args.tokens, "prompt-lookup", d))
            for d in LOOKUP_DEPTHS},
+        # --lookup-min-ngram 3: only a match of 3+ tokens drafts (transformers' lookup has no such setting)
+        **{f"met prompt lookup ({d}, matches of {STRICT}+)":
+           (lambda p, d=d: met_generate(runner, p, args.tokens, "prompt-lookup", d, STRICT)) for d in LOOKUP_DEPTHS},
     }
     for p in prompts[:1]:  # warm-up: first calls pay one-off costs
         for run in engines.values():

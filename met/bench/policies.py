@@ -139,6 +139,7 @@ class _Recorder:
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
         self.name = policy.name  # the scheduler wires host drafting by name
+        self.min_ngram = getattr(policy, "min_ngram", 1)  # and its proposers' shortest match
         self.shapes: Counter = Counter()
         self.seen: dict[str, SeqState] = {}
         self.tokens = 0  # emitted by steps

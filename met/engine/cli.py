@@ -7,7 +7,7 @@ from typing import Annotated
 import torch
 import typer
 
-from met.engine.generate import SPEC_MODES, Output, generate as run_generate
+from met.engine.generate import NGRAM_MAX, SPEC_MODES, Output, generate as run_generate
 from met.engine.identity import MAX_THREADS, RUN_DTYPES, resolve_run
 from met.engine.prompts import PromptError, PromptsMissing, read_jsonl_prompts, unencodable
 from met.engine.runner import ModelRunner, Sampling
@@ -60,6 +60,9 @@ def generate(
     max_tokens: Annotated[int, typer.Option(min=1, help="Tokens to generate per prompt.")] = 128,
     spec: Annotated[str, typer.Option(help=f"Drafting: {', '.join(SPEC_MODES)}.")] = "off",
     depth: Annotated[int, typer.Option(min=0, max=16, help="Drafts per step (fixed; dflash: the rung's).")] = 3,
+    lookup_min_ngram: Annotated[int, typer.Option(
+        min=1, max=NGRAM_MAX, help="ngram / prompt-lookup: the shortest match of the text's end that proposes "
+        "drafts (a longer one is likelier accepted; where a verified draft costs much, as on a CPU, 3 pays).")] = 1,
     drafter: Annotated[Path | None, typer.Option(
         help="DFlash drafter for --spec dflash (default: <recipe>.dflash.safetensors beside its weights).",
         show_default=False)] = None,
@@ -126,7 +129,7 @@ def generate(
                         f"{runner.max_len}; ask for at most {max(0, runner.max_len - len(e))}", 2)
     for start in range(0, len(texts), batch):
         outs = run_generate(runner, encoded[start : start + batch], max_tokens, spec, depth, sampling,
-                            eos_ids=tokenizer.eos_ids)
+                            eos_ids=tokenizer.eos_ids, lookup_min=lookup_min_ngram)
         for o in outs:
             text = tokenizer.decode(o.tokens)
             typer.echo(json.dumps(summary(o, text)) if as_json else text)

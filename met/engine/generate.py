@@ -32,7 +32,8 @@ class Output:
 
 def generate(runner: ModelRunner, prompts: list[list[int]], max_tokens: int, spec: str = "off", depth: int = 3,
              sampling: Sampling = Sampling(), stop_at_eos: bool = True,
-             eos_ids: Collection[int] = (EOS,), rung: DflashRung | None = None) -> list[Output]:
+             eos_ids: Collection[int] = (EOS,), rung: DflashRung | None = None,
+             lookup_min: int = 1) -> list[Output]:
     """Generate up to max_tokens per prompt, all prompts as one batch, drafting depth tokens per step.
 
     eos_ids: the tokens that end a sequence (the tokenizer's; the byte tokenizer's EOS by default).
@@ -46,7 +47,7 @@ def generate(runner: ModelRunner, prompts: list[list[int]], max_tokens: int, spe
     if spec == "dflash" and runner.dflash is None:
         raise ValueError("--spec dflash needs a runner with a DFlash drafter (ModelRunner(..., dflash=drafter))")
     outs = [Output(p) for p in prompts]
-    proposers = [Proposer(spec, p) for p in prompts]
+    proposers = [Proposer(spec, p, min_ngram=lookup_min) for p in prompts]
     slot_of = list(range(len(prompts)))  # prompt i's KV slot; sequences move down as others finish
     t0 = time.perf_counter()
     firsts = runner.prefill(slot_of, prompts, [sampling] * len(prompts))

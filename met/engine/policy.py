@@ -17,6 +17,7 @@ from met.engine.policy_base import PlainPolicy, Policy
 from met.engine.policy_dflash import DflashPolicy, RunnerDflash
 from met.engine.policy_lookup import LookupPolicy
 from met.engine.policy_mtp import MtpLadderPolicy, MtpPlannedPolicy
+from met.engine.proposer import NGRAM_MAX
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 from met.speculative.spec_cost import SpecCostState
 
@@ -29,6 +30,7 @@ class PolicyConfig:
 
     spec: str = "off"  # off | mtp | ngram | prompt-lookup | dflash
     lookup_depth: int = 4  # host proposers: most drafts per step (prompt-lookup's own window may ask fewer)
+    lookup_min_ngram: int = 1  # host proposers: the shortest suffix match that proposes drafts
     pools: VerifyPools = DEFAULT_POOLS  # --lift-wide-tier lifts widths 9..=16 to two drafts
 
     def __post_init__(self) -> None:
@@ -36,6 +38,8 @@ class PolicyConfig:
             raise ValueError(f"--spec {self.spec!r} is not one of {', '.join(SERVE_SPECS)}")
         if not 1 <= self.lookup_depth <= 16:
             raise ValueError(f"lookup depth must be in 1..=16, got {self.lookup_depth}")
+        if not 1 <= self.lookup_min_ngram <= NGRAM_MAX:
+            raise ValueError(f"lookup min n-gram must be in 1..={NGRAM_MAX}, got {self.lookup_min_ngram}")
 
 
 def build_policy(config: PolicyConfig, num_drafts: int, cost_state: SpecCostState | None = None,
@@ -58,4 +62,4 @@ def build_policy(config: PolicyConfig, num_drafts: int, cost_state: SpecCostStat
         if dflash_block is None:
             raise ValueError("--spec dflash needs a DFlash drafter (met model train --drafter dflash)")
         return DflashPolicy(RunnerDflash(dflash_block), config.pools)
-    return LookupPolicy(config.spec, config.lookup_depth, config.pools)
+    return LookupPolicy(config.spec, config.lookup_depth, config.pools, config.lookup_min_ngram)

@@ -17,10 +17,11 @@ from met.speculative.spec_capacity import VerifyPools
 class LookupPolicy:
     """Copy drafts from history: own first, the tenant's shared cache as fallback."""
 
-    def __init__(self, spec: str, depth: int, pools: VerifyPools):
+    def __init__(self, spec: str, depth: int, pools: VerifyPools, min_ngram: int = 1):
         self.name = spec
         self.depth = depth
         self.pools = pools
+        self.min_ngram = min_ngram  # the shortest own-history match that proposes (the scheduler's Proposers)
 
     def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
         depths, clamp = clamp_depths(self.depth, runner, seqs, self.pools)

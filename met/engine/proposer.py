@@ -24,13 +24,15 @@ Fallback = Callable[[Sequence[int], int], list[int]]  # (history, most drafts) -
 class Proposer:
     """Drafts for one sequence from a host proposer over its history (prompt + emitted tokens)."""
 
-    def __init__(self, mode: str, prompt: Sequence[int], fallback: Fallback | None = None):
+    def __init__(self, mode: str, prompt: Sequence[int], fallback: Fallback | None = None, min_ngram: int = 1):
+        """min_ngram: the shortest suffix match that proposes drafts (--lookup-min-ngram; 1..NGRAM_MAX)."""
         if mode not in SPEC_MODES:
             raise ValueError(f"unknown spec mode {mode!r}; choose one of {', '.join(SPEC_MODES)}")
         self.mode = mode
         self.history = list(prompt)
         self.fallback = fallback
-        self.lookup = PromptLookup(LookupParams(max_ngram=NGRAM_MAX), prompt) if mode in HOST_MODES else None
+        params = LookupParams(min_ngram=min_ngram, max_ngram=NGRAM_MAX)
+        self.lookup = PromptLookup(params, prompt) if mode in HOST_MODES else None
         self.own = True  # whether the last draft came from this sequence's own history
 
     def host_draft(self, depth: int) -> Draft:

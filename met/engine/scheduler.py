@@ -34,7 +34,7 @@ from met.engine.runner import Draft, ModelRunner, VerifyResult
 from met.engine.textstream import TextStream
 from met.engine.tick_counters import TickCounters
 from met.model.tokenizer import BYTES, Tokenizer
-from met.speculative.shared_lookup import ScopeKey, SharedLookup
+from met.speculative.shared_lookup import ScopeKey, SharedLookup, SharedLookupParams
 from met.speculative.snapshot import SchedulerSnapshot, SnapshotCell
 from met.speculative.spec_stats import SpecStats
 
@@ -58,7 +58,10 @@ class Scheduler:
         self.tokenizer = tokenizer  # EOS ids end sequences, its stream decoder streams text, its name scopes lookups
         self.policy = policy
         self.model_id = model_id  # the shared-lookup scope's model: recipe name@digest
-        self.shared = shared if shared is not None else SharedLookup()
+        # a host-drafting policy's shortest match (--lookup-min-ngram) holds for copies from other requests too
+        self.min_ngram = getattr(policy, "min_ngram", 1)
+        cross = SharedLookupParams(min_ngram=max(SharedLookupParams().min_ngram, self.min_ngram))
+        self.shared = shared if shared is not None else SharedLookup(cross)
         self.clock = clock
         self.stats = SpecStats()
         self.counters = TickCounters()
@@ -233,7 +236,8 @@ class Scheduler:
             return Proposer("off", request.prompt)
         scope = self.scope(request)
         return Proposer(self.policy.name, request.prompt,
-                        fallback=lambda history, k: self.shared.propose(scope, history, k))
+                        fallback=lambda history, k: self.shared.propose(scope, history, k),
+                        min_ngram=self.min_ngram)
 
     def scope(self, request: Request) -> ScopeKey:
         """The shared-lookup scope of a request: only requests of one scope ever share tokens."""

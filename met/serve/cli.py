@@ -12,6 +12,7 @@ from rich.console import Console
 from met.bench.tables_cli import measured_ago
 from met.engine.identity import MAX_THREADS, RunSettings, box_class as derive_box_class, resolve_run
 from met.engine.policy import SERVE_SPECS, PolicyConfig
+from met.engine.proposer import NGRAM_MAX
 from met.exit_codes import EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE
 from met.model.dflash import DrafterError, load_drafter, shipped_path
 from met.model.recipes import DEFAULT_RECIPE, RecipeError
@@ -61,6 +62,9 @@ def serve(
     )] = False,
     lookup_depth: Annotated[int, typer.Option(
         min=1, max=16, help="Most drafts per step for ngram / prompt-lookup.")] = 4,
+    lookup_min_ngram: Annotated[int, typer.Option(
+        min=1, max=NGRAM_MAX, help="ngram / prompt-lookup: the shortest match of the text's end that proposes "
+        "drafts (a longer one is likelier accepted; where a verified draft costs much, as on a CPU, 3 pays).")] = 1,
     drafter: Annotated[Path | None, typer.Option(
         help="DFlash drafter for --spec dflash (default: <recipe>.dflash.safetensors beside its weights).",
         show_default=False)] = None,
@@ -153,7 +157,7 @@ def serve(
             raise _fail(exc.status, f"error: {exc}") from None
     pools = VerifyPools(DEFAULT_POOLS.tiers, lift_wide_tier=lift_wide_tier)
     names = (recipe.name, recipe.id) + ((model,) if model not in (recipe.name, recipe.id) else ())
-    service = Service.build(net, recipe.id, names, PolicyConfig(spec, lookup_depth, pools),
+    service = Service.build(net, recipe.id, names, PolicyConfig(spec, lookup_depth, lookup_min_ngram, pools),
                             max_batch, context_len(recipe, max_len), cost_state, keys, tokenizer, block)
     _banner(service, recipe.id, host, port, settings, box, table if cost_state else None, cost_state, keys)
     app = create_app(service)

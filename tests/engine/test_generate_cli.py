@@ -1,5 +1,7 @@
 """`met generate`'s bad options and prompts: exit 2 or 65 with the value named, never a traceback."""
 
+import json
+
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -22,8 +24,9 @@ runner = CliRunner()
     (["--spec", "mtp", "--drafter", "nope"], "--spec mtp would not use it"),  # was silently ignored
     (["--max-len", "1"], "--max-len 1 is not a context"),  # no room for a prompt and a token
     (["--max-len", "5000"], "--max-len 5000 is not a context met-tiny-py can run: 2..1024"),  # was cut silently
+    (["--lookup-min-ngram", "5"], "--lookup-min-ngram"),  # the lookup index holds 1..4-grams
 ], ids=["device", "dtype", "top-p", "temperature", "seed", "batch", "threads", "prompt", "drafter", "max-len-1",
-        "max-len-past-context"])
+        "max-len-past-context", "lookup-min-ngram"])
 def test_bad_options_exit_2_naming_the_value(args, words):
     argv = ["generate", "--max-tokens", "2", *args] + ([] if "--prompt" in args else ["--prompt", "x"])
     result = runner.invoke(app, argv)
@@ -64,3 +67,15 @@ def test_json_has_no_rate_without_a_decode_step():
     import json
     result = runner.invoke(app, ["generate", "--prompt", "x", "--max-tokens", "1", "--json"])
     assert result.exit_code == 0 and json.loads(result.stdout)["tokens_per_s"] is None
+
+
+def test_lookup_min_ngram_drafts_less_and_keeps_the_text():
+    # a prompt that repeats single letters but no longer runs: 1-token matches draft, 4-token ones rarely
+    def run(n: str) -> dict:
+        result = runner.invoke(app, ["generate", "--prompt", "a b c d a e f a", "--max-tokens", "24", "--spec",
+                                     "prompt-lookup", "--lookup-min-ngram", n, "--json"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    loose, strict = run("1"), run("4")
+    assert strict["text"] == loose["text"] and strict["drafts_proposed"] < loose["drafts_proposed"]

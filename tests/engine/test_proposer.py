@@ -29,3 +29,15 @@ def test_ngram_depth_is_fixed_where_prompt_lookup_adapts_its_window():
         p.observe(4, 0, [9])
         p.observe(0, 0, [5, 6])  # the history ends in 5, 6 again: its latest occurrence goes on 7, 8, 1, 2
     assert fixed.host_draft(4).tokens == [7, 8, 1, 2] and adaptive.host_draft(4).tokens == [7, 8]
+
+
+def test_a_match_shorter_than_min_ngram_proposes_nothing():
+    # history ...7 1 2: the suffix (1, 2) recurs, (7, 1, 2) does not: min 2 copies, min 3 waits
+    prompt = [1, 2, 3, 4, 5, 6, 7, 1, 2]
+    assert Proposer("prompt-lookup", prompt, min_ngram=2).host_draft(4).tokens == [3, 4, 5, 6]
+    assert Proposer("prompt-lookup", prompt, min_ngram=3).host_draft(4).tokens == []
+    assert Proposer("ngram", prompt, min_ngram=3).host_draft(4).tokens == []
+    # once the text's end repeats three tokens (5 6 7 ... 5 6 7) min 3 copies too
+    p = Proposer("prompt-lookup", prompt, min_ngram=3)
+    p.observe(0, 0, [5, 6, 7])
+    assert p.host_draft(4).tokens == [1, 2, 5, 6]

@@ -215,6 +215,19 @@ def test_a_tiny_temperature_is_served_beside_a_greedy_request(model, spec):
     assert [text for text, _ in out] == [_solo(model, prompts[0], 12)] * 2 + [_solo(model, prompts[1], 12)]
 
 
+def test_lookup_min_ngram_holds_for_own_and_shared_copies_and_keeps_greedy_text(model):
+    # --lookup-min-ngram 3: fewer, surer drafts; the text is plain greedy's, and copies from other
+    # requests (the shared cache, at least 2 by default) need 3 matching tokens too
+    prompts = _prompts(6, seed=3)
+    config = PolicyConfig("prompt-lookup", lookup_min_ngram=3)
+    sched = Scheduler(ModelRunner(model, 2), build_policy(config, model.cfg.mtp_depth), "micro@t")
+    assert sched.shared.params.min_ngram == 3
+    out = _drive(sched, [Request(str(i), tuple(p), 24) for i, p in enumerate(prompts)])
+    assert [text for text, _ in out] == [_solo(model, p, 24) for p in prompts]
+    with pytest.raises(ValueError, match="lookup min n-gram must be in 1..=4, got 5"):
+        PolicyConfig("prompt-lookup", lookup_min_ngram=5)
+
+
 def test_shared_lookup_is_scoped_by_tenant(model):
     # alice's finished request is copied from by alice's next sequence, never by bob's
     sched = Scheduler(ModelRunner(model, 2), build_policy(PolicyConfig("prompt-lookup"), 4), "micro@t")

@@ -75,3 +75,18 @@ def test_check_bind_accepts_a_free_port_and_leaves_it_free():
     server.check_bind("127.0.0.1", port)
     with socket.socket() as again:
         again.bind(("127.0.0.1", port))
+
+
+def test_lookup_min_ngram_reaches_the_scheduler(micro_embedded, monkeypatch):
+    # --lookup-min-ngram sets the shortest match of the serve's proposers and of its shared cache
+    from met.serve.app import Service
+
+    built, build = [], Service.build
+    monkeypatch.setattr(Service, "build", lambda *a, **k: built.append(build(*a, **k)) or built[-1])
+    monkeypatch.setattr("met.serve.server.run", lambda *a, **k: 0)
+    r = CliRunner().invoke(app, ["serve", "--model", "micro-t", "--spec", "prompt-lookup", "--port", "0",
+                                 "--lookup-min-ngram", "3"])
+    assert r.exit_code == 0, r.output
+    assert built[0].scheduler.min_ngram == 3 and built[0].scheduler.shared.params.min_ngram == 3
+    r = CliRunner().invoke(app, ["serve", "--spec", "prompt-lookup", "--lookup-min-ngram", "0"])
+    assert r.exit_code == 2 and "--lookup-min-ngram" in r.output
