@@ -80,9 +80,7 @@ def load_hf(recipe: Recipe, dtype: torch.dtype = torch.float32, device: str = "c
     expected = set(model.state_dict())
     state = _read_tensors(weight_files(recipe.weights), dtype, device)
     if cfg.tie_word_embeddings:
-        state.pop("lm_head.weight", None)  # tied: the head is the embedding, whatever the file holds
-        if "model.embed_tokens.weight" in state:
-            state["lm_head.weight"] = state["model.embed_tokens.weight"]
+        _tie(state, recipe.weights)
     missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
     if missing or unexpected:
         parts = ([f"missing {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}"] if missing else []) + \
@@ -100,14 +98,34 @@ def load_hf(recipe: Recipe, dtype: torch.dtype = torch.float32, device: str = "c
     return model.eval()
 
 
+def _tie(state: dict[str, torch.Tensor], folder: Path) -> None:
+    """Tied weights: the head is the embedding matrix; a file holding the two different is refused.
+
+    transformers 4 tied such a file (the head became the embedding) and transformers 5 does not
+    (each keeps its own): there is no one answer to match, so neither is guessed.
+    """
+    embed, head = state.get("model.embed_tokens.weight"), state.get("lm_head.weight")
+    if embed is not None and head is not None and not torch.equal(embed, head):
+        raise CheckpointError(f"{folder}: config.json says tie_word_embeddings true, but the files hold an "
+                              "lm_head.weight that differs from model.embed_tokens.weight; set tie_word_embeddings "
+                              "to false to use both, or remove lm_head.weight to use the embedding as the head")
+    if embed is None and head is not None:
+        state["model.embed_tokens.weight"] = embed = head  # only the head was saved: it is the embedding too
+    if embed is not None:
+        state["lm_head.weight"] = embed
+
+
 def _read_tensors(files: list[Path], dtype: torch.dtype, device: str) -> dict[str, torch.Tensor]:
-    state = {}
+    state, where = {}, {}
     for path in files:
         try:
             with safe_open(str(path), framework="pt", device=str(device)) as f:
                 for key in f.keys():
+                    if key in where:  # which copy would win is the files' order, not the checkpoint's intent
+                        raise CheckpointError(f"{path.parent}: {key} is in both {where[key].name} and {path.name}; "
+                                              "a checkpoint holds each tensor once (move the other file away)")
                     if not _IGNORED.fullmatch(key):
-                        state[key] = f.get_tensor(key).to(dtype)
+                        state[key], where[key] = f.get_tensor(key).to(dtype), path
         except (OSError, ValueError, SafetensorError) as exc:
             raise CheckpointError(f"cannot read {path}: {exc}") from None
     return state

@@ -106,7 +106,7 @@ def _json(path: Path) -> dict:
 
 def _refuse_options(doc: dict, arch: str) -> None:
     """Options the engine does not compute: refused, never silently ignored."""
-    rope = doc.get("rope_parameters") or doc.get("rope_scaling") or {}
+    _, rope = _rope(doc)
     kind = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else rope
     if kind not in ("default", None):
         raise CheckpointError(f"rope scaling type {kind!r} is not supported (met computes the default RoPE only)")
@@ -120,10 +120,18 @@ def _refuse_options(doc: dict, arch: str) -> None:
         raise CheckpointError(f"partial_rotary_factor {doc['partial_rotary_factor']} is not supported")
 
 
+def _rope(doc: dict) -> tuple[str, object]:
+    """(key, value) of the RoPE settings transformers reads: the legacy rope_scaling wins over rope_parameters."""
+    for key in ("rope_scaling", "rope_parameters"):
+        if doc.get(key):
+            return key, doc[key]
+    return "rope_parameters", {}
+
+
 def _rope_theta(doc: dict, path: Path) -> float:
-    rope = doc.get("rope_parameters")
+    key, rope = _rope(doc)
     if isinstance(rope, dict) and "rope_theta" in rope:
-        return _positive(rope, path, "rope_theta", 10000.0, where="rope_parameters.")
+        return _positive(rope, path, "rope_theta", 10000.0, where=f"{key}.")
     return _positive(doc, path, "rope_theta", 10000.0)
 
 

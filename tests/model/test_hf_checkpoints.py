@@ -95,6 +95,10 @@ def _edit_config(folder, **changes):
     ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0}},
      "rope scaling type 'llama3' is not supported"),
     ({"rope_parameters": None, "rope_scaling": {"type": "yarn", "factor": 4.0}}, "rope scaling type 'yarn'"),
+    # both keys: transformers reads the legacy rope_scaling (was: met read rope_parameters' default RoPE)
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 500.0}, "rope_scaling": {"rope_type": "linear",
+                                                                                         "factor": 2.0}},
+     "rope scaling type 'linear'"),
     ({"hidden_act": "gelu"}, "hidden_act 'gelu' is not supported"),
 ])
 def test_unsupported_checkpoints_are_refused_by_name(tmp_path, changes, message):
@@ -128,3 +132,55 @@ def test_missing_folder_files_are_recipe_errors(tmp_path):
     (tmp_path / "m" / "model.safetensors").unlink()
     with pytest.raises(RecipeError, match="holds no \\*.safetensors"):
         resolve(str(tmp_path / "m"))
+
+
+def _logits_match_transformers(folder) -> bool:
+    """met's and transformers' float32 logits of one random batch agree within 1e-4."""
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    model = load_source(str(folder), torch.float32).model
+    x = torch.randint(0, model.cfg.vocab_size, (1, 33), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        return torch.allclose(model(x), hf(x).logits, atol=1e-4, rtol=0)
+
+
+def test_rope_theta_is_read_where_transformers_reads_it(tmp_path):
+    # rope_scaling wins over rope_parameters, its rope_theta too (met used 10000 here: every logit off by ~0.5)
+    checkpoint(tmp_path / "m")
+    _edit_config(tmp_path / "m", rope_theta=None, rope_parameters={"rope_type": "default"},
+                 rope_scaling={"rope_type": "default", "rope_theta": 500.0})
+    assert resolve(str(tmp_path / "m")).config.rope_theta == 500.0
+    assert _logits_match_transformers(tmp_path / "m")
+
+
+def test_tied_config_with_a_different_lm_head_is_refused(tmp_path):
+    # transformers 4 ties such a file, transformers 5 keeps both: met neither guesses (it silently tied)
+    checkpoint(tmp_path / "m")  # untied: lm_head.weight differs from embed_tokens
+    _edit_config(tmp_path / "m", tie_word_embeddings=True)
+    with pytest.raises(CheckpointError, match="tie_word_embeddings true, but the files hold an lm_head.weight that "
+                                              "differs from model.embed_tokens.weight"):
+        load_source(str(tmp_path / "m"))
+
+
+def test_tied_checkpoint_saved_with_only_its_head_loads(tmp_path):
+    # tied weights saved under lm_head.weight alone: that matrix is the embedding too, as in transformers
+    from safetensors.torch import load_file, save_file
+
+    checkpoint(tmp_path / "m", family="qwen2")
+    path = tmp_path / "m" / "model.safetensors"
+    state = load_file(path)
+    state["lm_head.weight"] = state.pop("model.embed_tokens.weight")
+    save_file(state, path, metadata={"format": "pt"})
+    model = load_source(str(tmp_path / "m")).model
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert _logits_match_transformers(tmp_path / "m")
+
+
+def test_a_tensor_in_two_files_is_refused(tmp_path):
+    # no index and a second copy beside model.safetensors: which one won was the files' sort order
+    import shutil
+
+    checkpoint(tmp_path / "m")
+    shutil.copy(tmp_path / "m" / "model.safetensors", tmp_path / "m" / "model.old.safetensors")
+    with pytest.raises(CheckpointError, match=r"lm_head\.weight is in both model\.old\.safetensors and "
+                                              r"model\.safetensors; a checkpoint holds each tensor once"):
+        load_source(str(tmp_path / "m"))
