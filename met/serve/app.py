@@ -47,6 +47,7 @@ class Service:
     keys: KeyRing = field(default_factory=lambda: KeyRing({}))
     created: int = field(default_factory=lambda: int(time.time()))
     tokenizer: Tokenizer = BYTES  # encodes text prompts; the scheduler's, which decodes the completions
+    open: dict[str, "LoopSink"] = field(default_factory=dict)  # requests in flight (queued or running) by id
 
     @classmethod
     def build(cls, model: Transformer, model_id: str, names: tuple[str, ...], policy: PolicyConfig,
@@ -91,6 +92,23 @@ class Service:
         except ValueError as exc:
             raise ApiError(422, str(exc), "invalid_value") from None
 
+    def abort(self) -> int:
+        """End every request in flight now with a 503 (a second Ctrl-C during the drain); returns how many.
+
+        Runs on the event loop's thread. Each request's client gets Aborted before its own last
+        event, and the scheduler frees its slot as for a client that left.
+        """
+        for request_id, sink in list(self.open.items()):
+            sink.put(Aborted("the server was stopped (Ctrl-C during its drain) before this request finished; "
+                             "retry it on another server"))
+            self.scheduler.cancel(request_id)
+        return len(self.open)
+
+
+@dataclass(frozen=True, slots=True)
+class Aborted(Failed):
+    """The server stopped before the request finished: a 503, not an engine failure."""
+
 
 class LoopSink:
     """Hands a request's events from the scheduler thread to the request's event loop."""
@@ -119,6 +137,7 @@ def create_app(service: Service) -> FastAPI:
         await asyncio.to_thread(service.scheduler.stop)
 
     app = FastAPI(title="met", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.abort = service.abort  # server.run calls it on a second Ctrl-C
     app.router.redirect_slashes = False  # /v1/completions/ is not a route: a 404, not a redirect a client may drop
     app.add_middleware(AuthLayer, ring=service.keys)
     app.add_middleware(StatusLayer, metrics=metrics)
@@ -151,6 +170,7 @@ def create_app(service: Service) -> FastAPI:
             service.scheduler.submit(req, sink)
         except Draining as exc:
             raise ApiError(503, str(exc), "shutting_down") from None
+        service.open[req.id] = sink
         created = int(time.time())
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
@@ -213,9 +233,10 @@ async def _stream(service: Service, req: Request, sink: LoopSink, model: str, cr
                     yield schemas.sse(schemas.usage_chunk(req.id, model, created, event.prompt_tokens,
                                                           event.completion_tokens))
             else:
-                yield schemas.sse(error_body(500, event.message, "engine_error"))
+                yield schemas.sse(error_body(*_failure(event)))
         yield schemas.sse("[DONE]")
     finally:
+        service.open.pop(req.id, None)
         if not done:  # the client went away (the task was cancelled): free the slot now
             service.scheduler.cancel(req.id)
 
@@ -244,10 +265,18 @@ async def _collect(service: Service, http: HttpRequest, req: Request, sink: Loop
                 continue
             done = True
             if isinstance(event, Failed):
-                raise ApiError(500, event.message, "engine_error")
+                raise ApiError(*_failure(event))
             parts.append(event.text)
             return JSONResponse(schemas.completion(req.id, model, created, "".join(parts), event.reason,
                                                    event.prompt_tokens, event.completion_tokens))
     finally:
+        service.open.pop(req.id, None)
         if not done:
             service.scheduler.cancel(req.id)
+
+
+def _failure(event: Failed) -> tuple[int, str, str]:
+    """Status, message and code of a request that failed: 503 if the server stopped, else the engine's 500."""
+    if isinstance(event, Aborted):
+        return 503, event.message, "shutting_down"
+    return 500, event.message, "engine_error"

@@ -4,9 +4,14 @@ On SIGTERM uvicorn stops accepting connections, waits for the open ones (streams
 finish, then runs the app's lifespan shutdown, which drains the scheduler. Uvicorn then
 re-raises the signal it caught to the handler that was installed before it; `run` installs one
 that only records the signal, so the process ends with status 0 instead of dying by the signal.
+A second Ctrl-C during the drain ends every request in flight with a 503 (a stream with an
+error chunk and [DONE]), then shuts down as before and exits 130; a third quits at once
+(uvicorn's force exit: connections are cut), also 130.
 """
 
+import asyncio
 import errno
+import logging
 import signal
 import socket
 import threading
@@ -14,6 +19,10 @@ from collections.abc import Callable
 
 import uvicorn
 from fastapi import FastAPI
+
+from met.exit_codes import EX_INTERRUPTED
+
+log = logging.getLogger("uvicorn.error")  # uvicorn's own lines go there: ours read beside them
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's; any other is a KeyError in it
 # what to do about the bind errors an operator can fix; others are reported with the OS's words
@@ -50,11 +59,40 @@ def check_bind(host: str, port: int) -> None:
                 raise BindError(f"cannot listen on {where}: {why}") from None
 
 
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server, but a second Ctrl-C during the drain ends the requests in flight instead of cutting them."""
+
+    def __init__(self, config: uvicorn.Config, abort: Callable[[], int] | None) -> None:
+        super().__init__(config)
+        self.abort = abort  # ends every request in flight, on the event loop; returns how many
+        self.aborted = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        self.loop = asyncio.get_running_loop()
+        await super().serve(sockets)
+
+    def handle_exit(self, sig: int, frame) -> None:
+        if (sig == signal.SIGINT and self.should_exit and not self.aborted and self.abort is not None
+                and self.loop is not None):
+            self.aborted = True
+            self.loop.call_soon_threadsafe(self._abort)
+            return
+        super().handle_exit(sig, frame)
+
+    def _abort(self) -> None:
+        log.warning("Interrupted during the drain: ended %d requests in flight with a 503 "
+                    "(Ctrl-C again to quit at once)", self.abort())
+
+
 def run(app: FastAPI, host: str, port: int, log_level: str = "info",
         on_started: Callable[[uvicorn.Server], None] | None = None) -> int:
-    """Serve until SIGTERM/SIGINT, drain, and return the exit status (0); BindError if uvicorn cannot listen."""
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
-                                           timeout_graceful_shutdown=None))
+    """Serve until SIGTERM/SIGINT, drain, and return the exit status (0; 130 if a second Ctrl-C cut the drain short).
+
+    BindError if uvicorn cannot listen.
+    """
+    server = DrainingServer(uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
+                                           timeout_graceful_shutdown=None), getattr(app.state, "abort", None))
     caught: list[int] = []
     previous = {}
     if threading.current_thread() is threading.main_thread():
@@ -71,6 +109,8 @@ def run(app: FastAPI, host: str, port: int, log_level: str = "info",
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if server.aborted or server.force_exit:
+        return EX_INTERRUPTED
     return 0 if server.started else 1
 
 

@@ -1,10 +1,13 @@
-"""SIGTERM drains: a request in flight when the signal arrives completes whole, and the process exits 0."""
+"""SIGTERM drains: a request in flight when the signal arrives completes whole, and the process exits 0; a second Ctrl-C
+ends what is left with a 503 and exits 130."""
 
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -51,6 +54,49 @@ def test_sigterm_lets_the_stream_in_flight_finish_and_exits_0():
         assert json.loads(events[-2])["usage"]["completion_tokens"] == 40
         assert proc.wait(timeout=30) == 0
         assert "FINISHED {'length': 1}" in proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_second_ctrl_c_during_the_drain_ends_every_request_with_a_503_and_exits_130():
+    # 2 slots, 3 streams of 100 tokens at 20 ms a step and a plain request: Ctrl-C starts the drain, a second
+    # Ctrl-C ends them all now; each stream gets an error chunk and [DONE] (was: connections cut mid-chunk), the
+    # plain request a 503, the log no traceback (was 5) and the exit status is 130 (was 0, as a whole drain)
+    proc = subprocess.Popen([sys.executable, "-c", SERVER.format(here=str(HERE), tests=str(HERE.parent))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=os.environ | {"PYTHONUNBUFFERED": "1"})
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("PORT"), line + proc.stderr.read()
+        url = f"http://127.0.0.1:{int(line.split()[1])}/v1/completions"
+        body = {"model": "micro-test", "prompt": "hello", "max_tokens": 100, "temperature": 0}
+        got: dict[int, object] = {}
+
+        def stream(i: int) -> None:
+            with httpx.stream("POST", url, json=body | {"stream": True}, timeout=30) as r:
+                got[i] = [raw.removeprefix("data: ") for raw in r.iter_lines() if raw]
+
+        def plain() -> None:
+            got[3] = httpx.post(url, json=body, timeout=30)
+
+        threads = [threading.Thread(target=stream, args=(i,)) for i in range(3)] + [threading.Thread(target=plain)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        for t in threads:
+            t.join(30)
+        for i in range(3):
+            assert got[i][-1] == "[DONE]", got[i][-3:]
+            assert json.loads(got[i][-2])["error"]["code"] == "shutting_down", got[i][-2]
+        assert got[3].status_code == 503 and got[3].json()["error"]["code"] == "shutting_down"
+        assert proc.wait(timeout=30) == 130
+        err = proc.stderr.read()
+        assert "Traceback" not in err and "ended 4 requests in flight" in err, err
     finally:
         if proc.poll() is None:
             proc.kill()
