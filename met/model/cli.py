@@ -18,7 +18,7 @@ from met.model.corpus import HELDOUT_PERCENT, load_split, stdlib_root
 from met.model.transformer import Transformer
 from met.model.dflash_train import DflashTrainParams
 from met.model.train import TrainParams, train
-from met.model.train_state import PastSteps, UnusableCheckpoint
+from met.model.train_state import ChangedParams, PastSteps, UnusableCheckpoint
 from met.model.weights import read_card, save_weights, write_card
 
 if TYPE_CHECKING:
@@ -59,11 +59,14 @@ def train_cmd(
     """Train the recipe on this interpreter's stdlib source (resumes from OUT_DIR/ckpt.pt), or its DFlash drafter.
 
     A checkpoint already past --steps is refused, not resumed (the card would claim fewer steps
-    than the weights took): pass --steps at or above its step, or another --out-dir.
+    than the weights took): pass --steps at or above its step, or another --out-dir. So is one
+    trained with another --batch, --seq-len, --lr or --seed (the card would claim options its
+    first steps did not use); --steps and --eval-every may change.
 
     Exit statuses: 0 weights and card written; 2 bad option value (or a checkpoint in OUT_DIR
-    already past --steps); 65 (EX_DATAERR) OUT_DIR's checkpoint is unreadable or another preset's
-    (remove it or pass another --out-dir); 66 (EX_NOINPUT) --target names no embedded recipe;
+    already past --steps, or trained with other options); 65 (EX_DATAERR) OUT_DIR's checkpoint is
+    unreadable or another preset's, or a drafter's trained against other target weights (remove
+    it or pass another --out-dir); 66 (EX_NOINPUT) --target names no embedded recipe;
     73 (EX_CANTCREAT) OUT_DIR cannot be created or written.
     """
     if drafter not in ("mtp", "dflash"):
@@ -107,7 +110,7 @@ def train_cmd(
 
         try:
             stats = train(model, train_split, heldout, params, out_dir / "ckpt.pt", on_step)
-        except (UnusableCheckpoint, PastSteps) as e:
+        except (UnusableCheckpoint, PastSteps, ChangedParams) as e:
             raise _checkpoint_refused(e) from None
     log.close()
     digest = save_weights(model, out_dir / f"{preset}.safetensors")
@@ -157,7 +160,7 @@ def _train_dflash(target: str, out_dir: Path, steps: int | None, batch: int | No
         train_dflash_cmd(target, out_dir, params, {}, console)
     except RecipeError as e:
         raise _fail(str(e), e.status) from None
-    except (UnusableCheckpoint, PastSteps) as e:
+    except (UnusableCheckpoint, PastSteps, ChangedParams) as e:
         raise _checkpoint_refused(e) from None
     except ValueError as e:
         raise _fail(str(e), 2) from None
@@ -185,8 +188,12 @@ def _open_log(out_dir: Path) -> TextIO:
     raise _fail(f"cannot write to --out-dir {out_dir}: {why}; pass a folder you can write", EX_CANTCREAT)
 
 
-def _checkpoint_refused(e: UnusableCheckpoint | PastSteps) -> typer.Exit:
-    """An unusable checkpoint is bad input data (65); one already past --steps a bad option value (2)."""
+def _checkpoint_refused(e: UnusableCheckpoint | PastSteps | ChangedParams) -> typer.Exit:
+    """An unusable checkpoint is bad input data (65); one already past --steps or of other options a bad option (2)."""
+    if isinstance(e, ChangedParams):
+        shown = ", ".join(f"--{k.replace('_', '-')} {old} (this run: {new})" for k, (old, new) in e.changes.items())
+        return _fail(f"{e.ckpt} was trained with {shown}; pass the same to resume it (--steps and --eval-every may "
+                     "change), or another --out-dir to start afresh", 2)
     if isinstance(e, PastSteps):
         return _fail(f"{e.ckpt} is already at step {e.step}, past --steps {e.steps}; pass --steps {e.step} or more "
                      "to resume it, or another --out-dir to start afresh", 2)

@@ -38,7 +38,8 @@ def train_dflash_cmd(target_name: str, out_dir: Path, params: DflashTrainParams,
             log.flush()
             console.print(line)
 
-    stats = train_dflash(drafter, target, train_split, heldout, params, out_dir / "dflash_ckpt.pt", on_step)
+    stats = train_dflash(drafter, target, train_split, heldout, params, out_dir / "dflash_ckpt.pt", on_step,
+                         recipe.id)
     path = out_dir / f"{recipe.name}.dflash.safetensors"
     digest = save_drafter(drafter, path, recipe.id)
     # CLI modules sit on top of the package, so this one may use the engine to decode for real.

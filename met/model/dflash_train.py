@@ -88,15 +88,18 @@ def evaluate(drafter: DflashDrafter, target: Transformer, heldout: Split, params
 
 def train_dflash(drafter: DflashDrafter, target: Transformer, train_split: Split, heldout: Split,
                  params: DflashTrainParams, ckpt: Path | None,
-                 on_step: Callable[[int, dict], None] = lambda step, stats: None) -> dict:
-    """Train the drafter in place against the frozen target, resuming from and saving to ckpt; the final stats."""
+                 on_step: Callable[[int, dict], None] = lambda step, stats: None, target_id: str | None = None) -> dict:
+    """Train the drafter in place against the frozen target, resuming from and saving to ckpt; the final stats.
+
+    target_id (the target recipe's id) is kept in ckpt: a checkpoint of another target's weights is not resumed.
+    """
     target.eval().requires_grad_(False)
     if params.seq_len > target.cfg.max_seq_len:
         raise ValueError(f"seq_len {params.seq_len} exceeds the target's max_seq_len {target.cfg.max_seq_len}")
     torch.manual_seed(params.seed)
     opt = torch.optim.AdamW(drafter.parameters(), lr=params.lr, betas=(0.9, 0.95), weight_decay=params.weight_decay)
     rng, gen = np.random.default_rng(params.seed), torch.Generator().manual_seed(params.seed)
-    step, elapsed, stats = train_state.resume(ckpt, "drafter", drafter, opt, rng, gen)
+    step, elapsed, stats = train_state.resume(ckpt, "drafter", drafter, opt, rng, gen, params, target_id)
     if step > params.steps:
         raise train_state.PastSteps(ckpt, step, params.steps)
     drafter.train()
@@ -116,7 +119,7 @@ def train_dflash(drafter: DflashDrafter, target: Transformer, train_split: Split
         if step % params.eval_every == 0 or step == params.steps:
             stats |= evaluate(drafter, target, heldout, params)
             if ckpt is not None:
-                train_state.save(ckpt, "drafter", drafter, opt, rng, gen, step, stats, params, drafter.cfg)
+                train_state.save(ckpt, "drafter", drafter, opt, rng, gen, step, stats, params, drafter.cfg, target_id)
         on_step(step, stats)
     if "heldout_accept_at" not in stats:  # resumed from a finished run's checkpoint
         stats = {"step": step, "wall_s": elapsed} | stats | evaluate(drafter, target, heldout, params)

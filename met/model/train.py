@@ -98,12 +98,13 @@ def train(model: Transformer, train_split: Split, heldout: Split, params: TrainP
           on_step: Callable[[int, dict], None] = lambda step, stats: None) -> dict:
     """Train in place, resuming from and saving to ckpt; returns the final stats.
 
-    Raises train_state.UnusableCheckpoint for a ckpt it cannot resume, PastSteps for one past params.steps.
+    Raises train_state.UnusableCheckpoint for a ckpt it cannot resume, PastSteps for one past params.steps,
+    ChangedParams for one trained with other params (beyond steps and the evaluation interval).
     """
     torch.manual_seed(params.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=params.lr, betas=(0.9, 0.95), weight_decay=params.weight_decay)
     rng = np.random.default_rng(params.seed)
-    step, elapsed, stats = train_state.resume(ckpt, "model", model, opt, rng)
+    step, elapsed, stats = train_state.resume(ckpt, "model", model, opt, rng, params=params)
     if step > params.steps:
         raise train_state.PastSteps(ckpt, step, params.steps)
     if params.seq_len + 2 > model.cfg.max_seq_len:

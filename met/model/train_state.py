@@ -18,6 +18,19 @@ class UnusableCheckpoint(Exception):
     """A checkpoint file that cannot be resumed from: unreadable, or saved by another model or trainer."""
 
 
+RESUMABLE = ("steps", "eval_every", "checkpoint_every")  # options a resumed run may change: its length, its reports
+
+
+class ChangedParams(ValueError):
+    """A checkpoint resumed under other training options: the card would claim options its first steps did not use."""
+
+    def __init__(self, ckpt: Path, changes: dict[str, tuple[object, object]]) -> None:
+        shown = ", ".join(f"{k} {old} (this run: {new})" for k, (old, new) in changes.items())
+        super().__init__(f"the checkpoint {ckpt} was trained with {shown}; resume it with the same options (only "
+                         f"{', '.join(RESUMABLE)} may change), or train in another folder to start afresh")
+        self.ckpt, self.changes = ckpt, changes
+
+
 class PastSteps(ValueError):
     """A checkpoint already past the steps a run asks for: resuming it would report fewer steps than it took."""
 
@@ -28,10 +41,13 @@ class PastSteps(ValueError):
 
 
 def resume(ckpt: Path | None, key: str, module: torch.nn.Module, opt: torch.optim.Optimizer,
-           rng: np.random.Generator, gen: torch.Generator | None = None) -> tuple[int, float, dict]:
+           rng: np.random.Generator, gen: torch.Generator | None = None, params: object = None,
+           target: str | None = None) -> tuple[int, float, dict]:
     """Load ckpt into module, opt, rng (and gen) when it exists: (step, elapsed seconds, stats); else (0, 0.0, {}).
 
-    Raises UnusableCheckpoint naming the file and why (module, opt and rng may then be partly loaded).
+    Raises UnusableCheckpoint naming the file and why (module, opt and rng may then be partly loaded):
+    also for a drafter trained against another `target` (recipe id). Raises ChangedParams when
+    `params` (a dataclass) differs from the checkpoint's in a field outside RESUMABLE.
     """
     if ckpt is None or not ckpt.exists():
         return 0, 0.0, {}
@@ -45,6 +61,11 @@ def resume(ckpt: Path | None, key: str, module: torch.nn.Module, opt: torch.opti
         raise UnusableCheckpoint(f"{ckpt} holds no {key!r} state (found: {keys or 'nothing'})")
     if differ := _config_changes(state.get("config"), getattr(module, "cfg", None)):
         raise UnusableCheckpoint(f"{ckpt} was saved for another {key}: {differ}")
+    if target is not None and state.get("target", target) != target:  # a checkpoint without one cannot be told
+        raise UnusableCheckpoint(f"{ckpt} was trained against {state['target']}, not {target} (the target's "
+                                 "weights changed since)")
+    if changes := _param_changes(state.get("params"), params):
+        raise ChangedParams(ckpt, changes)
     try:
         module.load_state_dict(state[key])
         opt.load_state_dict(state["opt"])
@@ -66,6 +87,19 @@ def _config_changes(saved: object, cfg: object) -> str:
     return ", ".join(f"{k} {saved[k]} (this run: {now[k]})" for k in changed[:4])
 
 
+def _param_changes(saved: object, params: object) -> dict[str, tuple[object, object]]:
+    """{field: (checkpoint's, this run's)} of the training options that differ, RESUMABLE left out."""
+    if not isinstance(saved, dict) or not is_dataclass(params):
+        return {}
+    now = asdict(params)
+    changed = [k for k in now if k not in RESUMABLE and k in saved and _plain(saved[k]) != _plain(now[k])]
+    return {k: (saved[k], now[k]) for k in changed}
+
+
+def _plain(value: object) -> object:
+    return list(value) if isinstance(value, tuple) else value  # a saved tuple may come back a list
+
+
 def _one_line(exc: BaseException) -> str:
     """The exception's message on one line, at most 300 characters (load_state_dict lists every mismatch)."""
     text = " ".join(str(exc).split()) or repr(exc)
@@ -73,12 +107,18 @@ def _one_line(exc: BaseException) -> str:
 
 
 def save(ckpt: Path, key: str, module: torch.nn.Module, opt: torch.optim.Optimizer, rng: np.random.Generator,
-         gen: torch.Generator | None, step: int, stats: dict, params: object, config: object) -> None:
-    """Write the run's state to ckpt whole (a temp file beside it, then a rename); params and config are dataclasses."""
+         gen: torch.Generator | None, step: int, stats: dict, params: object, config: object,
+         target: str | None = None) -> None:
+    """Write the run's state to ckpt whole (a temp file beside it, then a rename); params and config are dataclasses.
+
+    target: the recipe id a drafter is trained against, checked when the run resumes.
+    """
     state = {key: module.state_dict(), "opt": opt.state_dict(), "rng": rng.bit_generator.state, "step": step,
              "elapsed": stats["wall_s"], "stats": stats, "params": asdict(params), "config": asdict(config)}
     if gen is not None:
         state["gen"] = gen.get_state()
+    if target is not None:
+        state["target"] = target
     tmp = ckpt.with_suffix(".tmp")
     torch.save(state, tmp)
     tmp.replace(ckpt)

@@ -46,7 +46,7 @@ def _micro_checkpoint(path, step: int) -> None:
     opt = torch.optim.AdamW(model.parameters())
     path.parent.mkdir(parents=True, exist_ok=True)
     train_state.save(path, "model", model, opt, np.random.default_rng(0), None, step, {"wall_s": 1.0},
-                     TrainParams(steps=step), model.cfg)
+                     TrainParams(steps=step, batch=2, seq_len=16), model.cfg)
 
 
 @pytest.mark.parametrize("option, value, message", [
@@ -140,6 +140,17 @@ def test_a_checkpoint_past_steps_is_refused_not_carded(tiny_corpus, tmp_path):
     result = _run(*MICRO, "--steps", "1", "--out-dir", str(tmp_path))
     assert result.exit_code == 2, result.output
     assert "is already at step 2, past --steps 1; pass --steps 2 or more" in result.output
+    assert not (tmp_path / "micro.card.json").exists()
+
+
+def test_a_checkpoint_of_other_options_is_refused_not_carded(tiny_corpus, tmp_path):
+    # trained with --batch 2, resumed with --batch 4: the card said 4 x 4 x 16 for 2 steps of 2 (exit 0 before)
+    _micro_checkpoint(tmp_path / "ckpt.pt", 2)
+    result = _run("model", "train", "--preset", "micro", "--batch", "4", "--seq-len", "16", "--lr", "0.01",
+                  "--steps", "4", "--out-dir", str(tmp_path))
+    assert result.exit_code == 2, result.output
+    assert (f"{tmp_path / 'ckpt.pt'} was trained with --batch 2 (this run: 4), --lr 0.002 (this run: 0.01); "
+            "pass the same to resume it") in " ".join(result.output.split())
     assert not (tmp_path / "micro.card.json").exists()
 
 

@@ -105,4 +105,35 @@ def test_a_run_asking_fewer_steps_than_its_checkpoint_is_refused(tmp_path):
     params = TrainParams(steps=6, batch=2, seq_len=16, warmup=2, eval_every=100, checkpoint_every=3)
     train(random_micro(), SPLIT, SPLIT, params, tmp_path / "run.pt")
     with pytest.raises(train_state.PastSteps, match="already at step 6, past the 4 steps asked for"):
-        train(random_micro(), SPLIT, SPLIT, TrainParams(steps=4, batch=2, seq_len=16), tmp_path / "run.pt")
+        train(random_micro(), SPLIT, SPLIT, TrainParams(steps=4, batch=2, seq_len=16, warmup=2), tmp_path / "run.pt")
+
+
+def test_a_run_resumed_with_other_options_is_refused(tmp_path):
+    # a checkpoint of batch 2 resumed with batch 3: ChangedParams names it; more steps and evals may change
+    from met.model import train_state
+
+    params = TrainParams(steps=3, batch=2, seq_len=16, warmup=2, eval_every=100, checkpoint_every=3)
+    train(random_micro(), SPLIT, SPLIT, params, tmp_path / "run.pt")
+    with pytest.raises(train_state.ChangedParams, match=r"trained with batch 2 \(this run: 3\); resume it with"):
+        train(random_micro(), SPLIT, SPLIT, TrainParams(steps=4, batch=3, seq_len=16, warmup=2), tmp_path / "run.pt")
+    stats = train(random_micro(), SPLIT, SPLIT, TrainParams(steps=5, batch=2, seq_len=16, warmup=2, eval_every=2,
+                                                             checkpoint_every=2), tmp_path / "run.pt")
+    assert stats["step"] == 5
+
+
+def test_a_drafter_is_not_resumed_against_another_targets_weights(tmp_path):
+    # the target recipe's id is kept in the checkpoint: a retrained target (new digest) is refused, the same resumes
+    from met.model import train_state
+
+    target = random_micro()
+
+    def run(steps, target_id):
+        torch.manual_seed(1)
+        drafter = DflashDrafter(DflashConfig.for_target(target.cfg, block=4, ffn_dim=32))
+        params = DflashTrainParams(steps=steps, batch=2, seq_len=32, anchors=4, warmup=2, eval_every=2)
+        return train_dflash(drafter, target, SPLIT, SPLIT, params, tmp_path / "d.pt", target_id=target_id)
+
+    run(2, "micro@aaaa")
+    with pytest.raises(train_state.UnusableCheckpoint, match=r"d\.pt was trained against micro@aaaa, not micro@bbbb"):
+        run(4, "micro@bbbb")
+    assert run(4, "micro@aaaa")["step"] == 4
