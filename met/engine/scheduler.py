@@ -216,8 +216,7 @@ class Scheduler:
         for seq, first in zip(admitted, firsts):
             self.running.append(seq)
             seq.proposer.observe(0, 0, [first])
-            self.counters.emitted += 1
-            self._emit(seq, [first])
+            self.counters.emitted += self._emit(seq, [first])
         for seq in [s for s in admitted if s.finish]:
             self._retire(seq, seq.finish)
 
@@ -258,7 +257,7 @@ class Scheduler:
 
     def _postprocess(self, seqs: Sequence[SeqState], plan: StepPlan, drafts: list[Draft],
                      results: list[VerifyResult], seconds: float) -> None:
-        outcomes = []
+        outcomes, streamed = [], 0
         for seq, d, r in zip(seqs, drafts, results):
             k = len(d.tokens)
             outcomes.append(Outcome(k, r.accepted, len(r.tokens)))
@@ -267,7 +266,7 @@ class Scheduler:
             self.counters.record_chain(k, r.accepted)
             seq.confidences = list(d.confidences)
             seq.proposer.observe(k, r.accepted, r.tokens)
-            self._emit(seq, r.tokens)
+            streamed += self._emit(seq, r.tokens)
         if len(seqs) == 1 and results[0].margin is not None and math.isfinite(results[0].margin):
             # the runner's margin is in log-prob: under 0.05 the runner-up is within 5% of the top token
             self.stats.record_b1_margin(1, results[0].margin)
@@ -275,13 +274,17 @@ class Scheduler:
         # priced as it ran: a probe drafts where the plan said k = 0, replans go deeper or stop early
         verified = max((o.proposed for o in outcomes), default=0)
         energy = plan.table.step_joules(len(outcomes), verified) if plan.table is not None else None
-        self.counters.record_step(sum(o.emitted for o in outcomes), seconds, energy)
+        self.counters.record_step(streamed, seconds, energy)
         self.policy.observe(plan, outcomes, seconds)
         for seq in [s for s in seqs if s.finish]:
             self._retire(seq, seq.finish)
 
-    def _emit(self, seq: SeqState, tokens: list[int]) -> None:
-        """Stream a sequence's new tokens; mark it finished on EOS, a stop string, max_tokens or a full context."""
+    def _emit(self, seq: SeqState, tokens: list[int]) -> int:
+        """Stream a sequence's new tokens; mark it finished on EOS, a stop string, max_tokens or a full context.
+
+        Returns how many the client gets: none past a stop string, EOS or max_tokens (a verify step may
+        emit several beyond them).
+        """
         ends = [i for i, t in enumerate(tokens) if t in self.tokenizer.eos_ids]
         eos = bool(ends)
         take = tokens[: ends[0]] if eos else tokens
@@ -294,6 +297,7 @@ class Scheduler:
             seq.finish = "stop"
         elif seq.remaining <= 0 or self.runner.room(seq.slot) < 0:
             seq.finish = "length"
+        return used
 
     def _retire(self, seq: SeqState, reason: str, event: Finished | Failed | None = None) -> None:
         """Take a sequence out: free its slot, hand its tokens to the shared cache, send its last event."""

@@ -264,3 +264,16 @@ def test_energy_counts_each_step_as_it_ran_not_as_first_planned(model):
     assert any(k > 0 and planned == 0 for _, k, planned in ran)  # probes ran
     # verify_j 1 + k and draft_j 0.5 k at every width
     assert sched.counters.energy_j == pytest.approx(sum(1.0 + 1.5 * k for _, k, _ in ran))
+
+
+@pytest.mark.parametrize("spec", ["prompt-lookup", "mtp"])
+def test_emitted_tokens_are_the_tokens_clients_get(model, spec):
+    # a verify step can return tokens past a stop string; the counter (emitted_tokens,
+    # met_emitted_tokens_total, tokens/s) counted them though no client got them
+    prompts = _prompts(8, seed=0)
+    texts = [_solo(model, p, 40) for p in prompts]
+    stops = [(t[20:22],) if len(t) > 24 else () for t in texts]  # a stop inside a text it ends early
+    sched = Scheduler(ModelRunner(model, 4), build_policy(PolicyConfig(spec), model.cfg.mtp_depth), "micro@t")
+    out = _drive(sched, [Request(str(i), tuple(p), 40, stop=s) for i, (p, s) in enumerate(zip(prompts, stops))])
+    assert any(end.reason == "stop" for _, end in out) and sched.stats.accepted > 0
+    assert sched.counters.emitted == sum(end.completion_tokens for _, end in out)
