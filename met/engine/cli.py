@@ -124,6 +124,9 @@ def generate(
         where = "--prompt" if prompts is None else f"{prompts} prompt {i}"
         if not e:
             raise _fail(f"{where}: {t[:40]!r} encodes to no tokens", 2)
+        if bad := [i for i in e if i >= net.cfg.vocab_size]:  # a tokenizer.json larger than the model
+            raise _fail(f"{where}: token ids {bad[:5]} are outside {r.name}'s vocabulary 0..{net.cfg.vocab_size - 1} "
+                        "(its tokenizer.json holds more tokens than config.json's vocab_size)", EX_DATAERR)
         if len(e) + max_tokens > runner.max_len:  # drafts are clamped to the room left, as the serve's
             raise _fail(f"{where}: {len(e)} tokens + --max-tokens {max_tokens} exceeds the context of "
                         f"{runner.max_len}; ask for at most {max(0, runner.max_len - len(e))}", 2)

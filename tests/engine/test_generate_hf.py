@@ -69,3 +69,16 @@ def test_missing_folder_exits_66(tmp_path):
     # a path that is not there: EX_NOINPUT, naming it
     result = CliRunner().invoke(app, ["generate", "--model", str(tmp_path / "gone"), "--prompt", "x"])
     assert result.exit_code == EX_NOINPUT and "no checkpoint folder" in result.stderr
+
+
+def test_a_tokenizer_larger_than_the_model_exits_65_naming_the_ids(tmp_path):
+    # tokenizer.json with more tokens than config.json's vocab_size: ids past the embedding were an
+    # IndexError traceback in the forward (the serve answers 422 for such a prompt)
+    from checkpoint_helpers import tokenizer
+
+    checkpoint(tmp_path / "m")
+    model_vocab = json.loads((tmp_path / "m" / "config.json").read_text())["vocab_size"]
+    assert tokenizer(tmp_path / "m", vocab=2 * model_vocab) > model_vocab
+    result = CliRunner().invoke(app, ["generate", "--model", str(tmp_path / "m"), "--prompt", PROMPT * 3])
+    assert result.exit_code == EX_DATAERR, result.output
+    assert f"are outside m's vocabulary 0..{model_vocab - 1}" in result.stderr and "Traceback" not in result.output
