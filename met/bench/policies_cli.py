@@ -200,8 +200,11 @@ def policies(
     typer.echo(report)  # first: should the writes fail, the run's results are still on the screen
     _write(out_dir, meta, report, document(meta, rows, results, runs, problems), rows)
     if problems:
-        lines = [f"error: greedy outputs differ in {len(problems)} request(s); speculation must never change "
-                 "greedy text:"] + [f"  {p.message()}" for p in problems[:10]]
+        failed = sum(p.failed for p in problems)
+        head = ([f"{failed} request(s) failed"] if failed else []) + (
+            [f"greedy outputs differ in {len(problems) - failed} request(s); speculation must never change greedy "
+             "text"] if failed < len(problems) else [])
+        lines = [f"error: {'; '.join(head)}:"] + [f"  {p.message()}" for p in problems[:10]]
         if len(problems) > 10:
             lines.append(f"  ... and {len(problems) - 10} more (all in {out_dir / OUT_NAMES[0]})")
         raise _fail(EX_SOFTWARE, *lines)

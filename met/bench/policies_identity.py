@@ -2,8 +2,9 @@
 
 Speculation decides how many drafts are verified, never which token is emitted, and batching
 must not change a greedy token either; so every run's output of a prompt must equal the first
-run's (the first policy at the first concurrency). Token ids are compared where the run saw them,
-else the text.
+run's (the first policy at the first concurrency) that did not fail it. A failed request is named
+as a failure, never used as the reference: its partial output would make every run that finished
+it read as differing. Token ids are compared where the run saw them, else the text.
 """
 
 from collections.abc import Sequence
@@ -21,6 +22,7 @@ class Mismatch:
     repeat: int
     prompt: int
     detail: str
+    failed: bool = False  # the request failed (detail says how); False: its output differs from the reference
 
     def message(self) -> str:
         """One line naming the policy, concurrency, repeat and prompt."""
@@ -29,23 +31,28 @@ class Mismatch:
 
 
 def mismatches(runs: Sequence[Run]) -> list[Mismatch]:
-    """Every output unlike the first run's output of the same prompt (greedy must not depend on policy or width)."""
-    if not runs:
-        return []
-    ref = runs[0]
+    """Every failed request, and every output unlike the first run's that finished the same prompt.
+
+    Greedy must not depend on policy or width.
+    """
+    refs: dict[int, tuple[Output, Run]] = {}  # prompt -> the first output of it that did not fail, and its run
+    for run in runs:
+        for i, got in enumerate(run.outputs):
+            if got.failure is None:
+                refs.setdefault(i, (got, run))
     out = []
     for run in runs:
-        for i, (got, want) in enumerate(zip(run.outputs, ref.outputs)):
-            detail = _difference(got, want, ref)
-            if detail:
+        for i, got in enumerate(run.outputs):
+            if got.failure is not None:
+                out.append(Mismatch(run.policy, run.concurrency, run.repeat, i,
+                                    f"the request failed: {got.failure}", failed=True))
+            elif (detail := _difference(got, *refs[i])):
                 out.append(Mismatch(run.policy, run.concurrency, run.repeat, i, detail))
     return out
 
 
 def _difference(got: Output, want: Output, ref: Run) -> str:
-    """Why got is not want ('' when equal): a failure, or the first token or character that differs."""
-    if got.failure is not None:
-        return f"the request failed: {got.failure}"
+    """Why got is not want ('' when equal): the first token or character that differs."""
     where = f"{ref.policy} at concurrency {ref.concurrency}"
     if got.tokens is not None and want.tokens is not None and got.tokens != want.tokens:
         at = next((j for j, (a, b) in enumerate(zip(got.tokens, want.tokens)) if a != b),

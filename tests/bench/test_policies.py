@@ -118,6 +118,27 @@ def test_a_corrupting_policy_is_named(model):
                         r"concurrency 1 gave \d+ \(8 vs 8 tokens\)", found[0].message())
 
 
+class FailsOne(PlainPolicy):
+    """A broken policy: the engine fails the steps of request 1 at concurrency 1 (it raises in the draft)."""
+
+    name = "fails"
+
+    def draft(self, runner, seqs, plan):
+        if runner.cache.max_batch == 1 and any(s.request.id == "1" for s in seqs):
+            raise RuntimeError("boom")
+        return super().draft(runner, seqs, plan)
+
+
+def test_a_failed_request_in_the_reference_run_is_named_alone(model):
+    # the first run fails prompt 1: only that failure is named; the runs that finished it agree with each other
+    # (was: every other run of prompt 1 named as differing from the failed one's partial output)
+    workload = pol.Workload(_prompts(3), 8, (1, 2), 1)
+    runs = pol.run_all(model, "micro@t", {"fails": FailsOne, "off": PlainPolicy}, workload)
+    found = mismatches(runs)
+    assert [(m.policy, m.concurrency, m.prompt, m.failed) for m in found] == [("fails", 1, 1, True)]
+    assert found[0].message().endswith("prompt 1: the request failed: the engine failed this step: boom")
+
+
 def test_energy_is_priced_from_the_table_when_it_has_joules(runs):
     # a table with joules prices every step: verify joules, plus MTP draft joules on MTP steps
     key = TableKey(BOX, "micro@t", "nvml", {m: "0" * 16 for m in MODES})
@@ -147,6 +168,9 @@ def test_paired_ratios_cancel_a_drift_that_moves_every_policy_alike():
     assert paired_ratio(runs, "a", "b", 1) == pytest.approx(1.1)
     assert paired_ratio(runs, "a", "c", 1) == pytest.approx(1.0)  # only the repeats both ran
     assert paired_ratio(runs, "a", "b", 4) is None
+    failed = [run("a", 0, 1.0), pol.Run("b", 1, 0, 0, 1.0, 0, 0, 0, 0, (), (), (), 0, 1.0, ()),
+              run("a", 1, 1.0), run("b", 1, 1.25)]
+    assert paired_ratio(failed, "a", "b", 1) == pytest.approx(1.25)  # a repeat whose b run delivered nothing: none
 
 
 def test_median_interval_takes_the_order_statistics_binomial_coverage_allows():
@@ -249,6 +273,30 @@ def test_cli_fails_with_70_naming_the_policy_whose_output_differs(cli_env, monke
     assert "greedy outputs differ" in result.output and "policy broken at concurrency 1" in result.output
     assert re.search(r"prompt \d: ", result.output)
     assert not json.loads((tmp_path / "out" / "policies.json").read_text())["outputs_identical"]
+
+
+class FailsAll(PlainPolicy):
+    """A broken policy: every step it drafts for raises, so every request it runs fails (0 tokens/s)."""
+
+    name = "fails"
+
+    def draft(self, runner, seqs, plan):
+        raise RuntimeError("boom")
+
+
+def test_cli_a_policy_that_fails_every_request_exits_70_naming_it(cli_env, monkeypatch):
+    # fixed-1 delivers no token: the report is written, the checks skip it, exit 70 says which requests failed
+    # (was: a ZeroDivisionError in the paired ratios, exit 1 and nothing written)
+    tmp_path, args = cli_env
+    real = pol.policy_factories
+    monkeypatch.setattr(pol, "policy_factories", lambda *a, **k: real(*a, **k) | {"fixed-1": FailsAll})
+    result = CliRunner().invoke(app, [*args, "--policies", "off,fixed-1,fixed-2,measured"])
+    assert result.exit_code == EX_SOFTWARE, result.output
+    assert "error: 12 request(s) failed:" in result.output and "greedy outputs differ" not in result.output
+    assert "policy fixed-1 at concurrency 1 (repeat 1), prompt 0: the request failed" in result.output
+    doc = json.loads((tmp_path / "out" / "policies.json").read_text())
+    assert all(m["failed"] and m["policy"] == "fixed-1" for m in doc["mismatches"])
+    assert "of fixed-2" in doc["checks"][0]["figures"] and "fixed-1" not in doc["checks"][0]["figures"]
 
 
 def test_cli_refuses_a_table_of_another_key_with_78(cli_env, micro_recipe):
