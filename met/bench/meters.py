@@ -166,8 +166,9 @@ class RaplMeter:
     min_window_s = 0.05  # RAPL updates about every millisecond; a window far longer is plenty
 
     def __init__(self, root: Path = RAPL_ROOT) -> None:
-        # Top-level package zones only (intel-rapl:0, not its subzones intel-rapl:0:0).
-        zones = sorted(p for p in root.glob("intel-rapl:*") if p.name.count(":") == 1)
+        # Top-level package zones only (intel-rapl:0, not its subzones intel-rapl:0:0), and not the
+        # platform zone ("psys", top-level on many Intel boxes): it holds the packages' energy too.
+        zones = sorted(p for p in root.glob("intel-rapl:*") if p.name.count(":") == 1 and _zone_name(p) != "psys")
         if not zones:
             raise EnergyUnavailable(f"no RAPL package zones under {root} (not an x86 box with powercap, "
                                     "or not exposed in this container)")
@@ -207,6 +208,14 @@ class RaplMeter:
             raise EnergyReadError(f"RAPL counters moved by {delta} uJ over a {seconds:.3f} s window; "
                                   "refusing a zero reading")
         return Reading(seconds, delta / 1e6)
+
+
+def _zone_name(zone: Path) -> str:
+    """A powercap zone's `name` (package-0, psys, ...); "" where it cannot be read."""
+    try:
+        return (zone / "name").read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
 
 
 def cuda_uuid(device: str) -> str:

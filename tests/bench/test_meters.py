@@ -151,6 +151,19 @@ def test_rapl_sums_packages_and_handles_a_wrap(tmp_path):
     assert meter.info() == {"rapl_zones": ["intel-rapl:0", "intel-rapl:1"]}
 
 
+def test_rapl_leaves_out_the_platform_zone_which_holds_the_packages_energy(tmp_path):
+    # intel-rapl:1 is "psys" (a laptop, some Xeons): it counts the package's 2 J again, and more
+    root = powercap(tmp_path, ("intel-rapl:0", 5_000_000, 10**8), ("intel-rapl:1", 1_000_000, 10**8))
+    (root / "intel-rapl:0" / "name").write_text("package-0\n")
+    (root / "intel-rapl:1" / "name").write_text("psys\n")
+    meter = RaplMeter(root)
+    meter.start()
+    (root / "intel-rapl:0" / "energy_uj").write_text("7000000\n")
+    (root / "intel-rapl:1" / "energy_uj").write_text("4000000\n")
+    assert meter.stop().joules == pytest.approx(2.0)
+    assert meter.info() == {"rapl_zones": ["intel-rapl:0"]}
+
+
 def test_rapl_refuses_a_zero_delta_and_a_missing_folder(tmp_path):
     (tmp_path / "zones").mkdir()
     meter = RaplMeter(powercap(tmp_path / "zones", ("intel-rapl:0", 5, 100)))
