@@ -73,6 +73,20 @@ def test_dflash_text_equals_plain_greedy_with_the_rungs_widths(micro, tmp_path):
     assert sum(o["drafts_accepted"] for o in block) > 0  # a few training steps already land some drafts
 
 
+@pytest.mark.parametrize("width", range(1, 9))
+def test_dflash_equals_plain_greedy_at_every_tier_width(micro, width):
+    # widths 1..8 cover the single stream and the 2, 3..=4 and 5..=8 tiers (gammas 8, 8, 6, 4); one prompt ends
+    # 4 tokens short of the context, so its blocks are clamped by the room left
+    _, _, target, drafter = micro
+    rng = np.random.default_rng(width)
+    prompts = [[int(t) for t in rng.integers(97, 110, rng.integers(3, 20))] for _ in range(width - 1)]
+    prompts.append([97 + i % 13 for i in range(target.cfg.max_seq_len - 4)])
+    plain = generate(ModelRunner(target, width), prompts, 30, "off", stop_at_eos=False)
+    block = generate(ModelRunner(target, width, dflash=drafter), prompts, 30, "dflash", stop_at_eos=False)
+    assert [o.tokens for o in block] == [o.tokens for o in plain]
+    assert sum(o.proposed for o in block) > 0 and len(block[-1].tokens) < 30  # the long prompt ran into the context
+
+
 def test_runner_drafts_up_to_gamma_per_slot(micro):
     # one pass, per-slot gammas 0, 3 and 8; confidences are log-probabilities; a gamma past the block is refused
     _, _, target, drafter = micro
