@@ -231,8 +231,9 @@ def markdown(meta: dict, rows: Sequence[Row], results: Sequence[Check], problems
               "- tok/s in steps: tokens emitted by decode/verify steps over those steps' draft + verify seconds "
               "(no prefill, admission or streaming): what the steps alone deliver.",
               "- J/token: " + (f"priced from the table ({meta['energy_source']} joules): each step at its width and "
-                               "deepest depth, verify joules plus MTP draft joules; prefill and host lookup drafting "
-                               "are not priced, so prompt-lookup's figure is a lower bound."
+                               "deepest depth, verify joules plus MTP draft joules, over every completion token "
+                               "(each request's first comes from its prefill); prefill and host lookup drafting "
+                               "are not priced, so every figure is a lower bound, prompt-lookup's the more so."
                                if meta["energy_source"] not in (None, "none") else
                                "n/a: the table was measured without an energy source (or no table was given)."),
               "- mean accepted length: accepted drafts per sequence-step that verified at least one draft, the bonus "
