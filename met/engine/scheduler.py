@@ -72,6 +72,8 @@ class Scheduler:
         self.free_slots = list(range(runner.cache.max_batch))  # a heap: the lowest free slot is taken first
         self.ticks = 0
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()  # ("submit", Request, Sink) | ("cancel", id, None)
+        self._submitted = 0  # requests put in the inbox and not yet taken (the snapshot's queued counts them)
+        self._submitted_lock = threading.Lock()  # submit runs on the server's threads, the take on this one
         self._early: list = []  # inbox items the idle wait took, before the rest of the inbox
         self._draining = False
         self._thread: threading.Thread | None = None
@@ -98,6 +100,8 @@ class Scheduler:
         """Queue a request; its events go to sink. Raises Draining once shutdown has begun."""
         if self._draining:
             raise Draining("the server is shutting down and takes no new requests")
+        with self._submitted_lock:
+            self._submitted += 1
         self._inbox.put(("submit", request, sink))
 
     def cancel(self, request_id: str) -> None:
@@ -175,6 +179,8 @@ class Scheduler:
             except queue.Empty:
                 break
             if kind == "submit":
+                with self._submitted_lock:
+                    self._submitted -= 1
                 self.waiting.append((item, sink))
             elif kind == "cancel":
                 cancels.add(item)
@@ -322,7 +328,7 @@ class Scheduler:
             tick=self.ticks,
             width=len(plan.depths) if plan is not None else 0,
             active=len(self.running),
-            queued=len(self.waiting) + self._inbox.qsize(),
+            queued=len(self.waiting) + self._submitted,  # not the inbox's cancels and wake-ups
             mode=plan.mode if plan is not None else "idle",
             depth=plan.depth if plan is not None else 0,
             why=plan.why if plan is not None else "",

@@ -277,3 +277,17 @@ def test_emitted_tokens_are_the_tokens_clients_get(model, spec):
     out = _drive(sched, [Request(str(i), tuple(p), 40, stop=s) for i, (p, s) in enumerate(zip(prompts, stops))])
     assert any(end.reason == "stop" for _, end in out) and sched.stats.accepted > 0
     assert sched.counters.emitted == sum(end.completion_tokens for _, end in out)
+
+
+def test_queued_counts_requests_not_the_inboxs_cancels_and_wake_ups(model):
+    # the snapshot's queued added the inbox's size, cancels and wake-ups included
+    sched = Scheduler(ModelRunner(model, 1), PlainPolicy(), "micro@t")
+    sched.submit(Request("a", (97, 98), 4), QueueSink())
+    for _ in range(3):
+        sched.cancel("gone")
+    sched._publish(None)
+    assert sched.cell.latest().queued == 1
+    sched.tick()  # "a" is admitted, the cancels are taken
+    sched.submit(Request("b", (97, 98), 4), QueueSink())
+    sched._publish(None)
+    assert sched.cell.latest().queued == 1
