@@ -1,7 +1,10 @@
 """Prompt files: JSON Lines of strings or {"prompt": ...} objects, read with errors that name the line."""
 
 import json
+import re
 from pathlib import Path
+
+_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 class PromptError(Exception):
@@ -15,7 +18,9 @@ class PromptsMissing(PromptError):
 def read_jsonl_prompts(path: Path, hint: str = "") -> list[str]:
     """Non-empty prompt strings from a JSON Lines file; hint is appended to a not-JSON message."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        # utf-8-sig: a BOM (Windows editors write one) is not part of the first line. Lines end at \n, \r\n
+        # or \r only: str.splitlines also splits at U+2028, U+2029 and NEL, which json.dumps leaves raw in strings
+        lines = _LINE_END.split(path.read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
         raise PromptsMissing(f"{path}: no such file or folder") from None
     except IsADirectoryError:
