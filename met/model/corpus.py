@@ -62,10 +62,12 @@ def heldout_code(count: int, offset: int = 1024, size: int = 256, root: Path | N
     """`count` prompts of about `size` bytes from held-out files, from the first line start after `offset`.
 
     Benchmarks use these (offset 1024): the drafter's calibration is fitted on `calibration_windows`,
-    which start at CALIBRATION_START or later, so the two never share a byte. Files shorter than
-    offset + size / 2 give none, so fewer than `count` may come back.
+    which start at CALIBRATION_START or later, so the two never share a byte: a window cut before
+    CALIBRATION_START that would run past it (a long line after `offset`) is not given. Files shorter
+    than offset + size / 2 give none, so fewer than `count` may come back.
     """
-    return [text for _, text in zip(range(count), _windows(_heldout_bytes(root), [offset], size))]
+    end = CALIBRATION_START if offset < CALIBRATION_START else None
+    return [text for _, text in zip(range(count), _windows(_heldout_bytes(root), [offset], size, end))]
 
 
 CALIBRATION_START, CALIBRATION_STRIDE = 2048, 2048  # past the benchmarks' prompts and their continuations
@@ -89,11 +91,14 @@ def _heldout_bytes(root: Path | None) -> list[bytes]:
     return [p.read_bytes() for p in stdlib_files(root) if is_heldout(p.relative_to(root).as_posix())]
 
 
-def _windows(files: list[bytes], offsets, size: int):
-    """For each offset in turn, each file's `size` bytes from its first line start after the offset."""
+def _windows(files: list[bytes], offsets, size: int, end: int | None = None):
+    """For each offset in turn, each file's `size` bytes from its first line start after the offset.
+
+    end: a window that would reach past this byte is left out.
+    """
     for offset in offsets:
         for data in files:
             start = data.find(b"\n", offset) + 1
             text = data[start : start + size].decode("utf-8", errors="ignore")
-            if start > 0 and len(text) >= size // 2:
+            if start > 0 and len(text) >= size // 2 and (end is None or start + size <= end):
                 yield text

@@ -52,3 +52,15 @@ def test_calibration_windows_share_no_byte_with_the_benchmark_prompts(root):
 
 def test_no_held_out_files_give_no_windows(tmp_path):
     assert calibration_windows(8, root=tmp_path) == []
+
+
+def test_a_long_line_does_not_carry_a_benchmark_prompt_into_the_calibration_windows(tmp_path):
+    # the first line start after byte 1024 lies past CALIBRATION_START: from there both cuts would take the same bytes
+    name = next(n for n in (f"m{i}.py" for i in range(2000)) if is_heldout(n))
+    data = b"x = 1\n" * 150 + b"s = '" + b"y" * 1500 + b"'\n" + b"z = 2\n" * 500
+    (tmp_path / name).write_bytes(data)
+    assert data.find(b"\n", PROMPT_OFFSET) + 1 > CALIBRATION_START
+    bench = heldout_code(16, offset=PROMPT_OFFSET, size=PROMPT_BYTES, root=tmp_path)
+    calib = calibration_windows(100, size=PROMPT_BYTES, root=tmp_path)
+    assert calib and not set(bench) & set(calib)
+    assert bench == []  # no window of this file ends by CALIBRATION_START
