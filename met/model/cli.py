@@ -122,11 +122,14 @@ def train_cmd(
         "parameters_without_mtp": model.num_parameters(include_mtp=False),
         "corpus": {"source": f"Python {'.'.join(map(str, __import__('sys').version_info[:3]))} stdlib .py files",
                    "root": str(stdlib_root()), "train_files": len(train_split.files),
-                   "heldout_files": len(heldout.files), "heldout_rule": f"sha256(relative path) % 100 < {HELDOUT_PERCENT}",
+                   "heldout_files": len(heldout.files),
+                   "heldout_rule": f"int(sha256(relative path).hexdigest()[:8], 16) % 100 < {HELDOUT_PERCENT}",
                    "train_tokens": int(len(train_split.tokens)), "heldout_tokens": int(len(heldout.tokens))},
         "training": asdict(params) | {"wall_s": round(stats["wall_s"], 1), "tokens_seen": stats["tokens"],
                                       "torch": torch.__version__, "threads": torch.get_num_threads()},
-        "heldout": {"bits_per_byte": round(stats["heldout_bpb"], 4),
+        "heldout": {"method": "32 random windows of 256 bytes of the held-out split (train.evaluate; the whole "
+                              "split: python3 benchmarks/heldout_quality.py)",
+                    "bits_per_byte": round(stats["heldout_bpb"], 4),
                     "mtp1_bits_per_byte": round(stats["heldout_mtp1_bpb"], 4),
                     "teacher_forced_first_draft_acceptance": round(stats["heldout_accept1_tf"], 4)},
     }

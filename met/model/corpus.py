@@ -86,6 +86,36 @@ def calibration_windows(count: int, size: int = 256, root: Path | None = None) -
     return [text for _, text in zip(range(count), _windows(files, offsets, size))]
 
 
+NEAR_COPY_SHARE = 0.7  # a held-out file this much made of lines that also occur in training files
+
+
+def near_copies(share: float = NEAR_COPY_SHARE, root: Path | None = None) -> dict[str, float]:
+    """Held-out files that are near-copies of training files: path -> share of their line bytes seen in training.
+
+    A line counts by its stripped text, blank lines left out; a file whose counted bytes lie at least
+    `share` in lines that also occur in some training file is a near-copy (the generated codec tables
+    of encodings/, say, which differ from their training siblings only in their table rows' values,
+    or an empty __init__.py). The split holds them out by path, but the model has as good as read them.
+    """
+    root = root or stdlib_root()
+    seen: set[bytes] = set()
+    held: list[tuple[str, bytes]] = []
+    for path in stdlib_files(root):
+        rel, data = path.relative_to(root).as_posix(), path.read_bytes()
+        if is_heldout(rel):
+            held.append((rel, data))
+        else:
+            seen.update(line.strip() for line in data.splitlines())
+    out = {}
+    for rel, data in held:
+        lines = [line for line in (raw.strip() for raw in data.splitlines()) if line]
+        total = sum(map(len, lines))
+        found = sum(len(line) for line in lines if line in seen) / total if total else 1.0
+        if found >= share:
+            out[rel] = found
+    return out
+
+
 def _heldout_bytes(root: Path | None) -> list[bytes]:
     root = root or stdlib_root()
     return [p.read_bytes() for p in stdlib_files(root) if is_heldout(p.relative_to(root).as_posix())]

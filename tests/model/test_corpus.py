@@ -1,11 +1,11 @@
-"""Held-out prompts (met.model.corpus): the calibration's windows never share a byte with the benchmarks'."""
+"""Held-out prompts (met.model.corpus): the calibration's windows never share a byte with the benchmarks'; near-copies."""
 
 import pytest
 
 from met.bench.policies import PROMPT_BYTES, PROMPT_OFFSET
 from met.bench.policies_cli import DEFAULTS
 from met.model.corpus import (CALIBRATION_START, CALIBRATION_STRIDE, calibration_windows, heldout_code,
-                              is_heldout)
+                              is_heldout, near_copies)
 
 LINE = 16  # each line of a fake file is "#" + its own byte offset, so a window says where it was cut
 
@@ -64,3 +64,18 @@ def test_a_long_line_does_not_carry_a_benchmark_prompt_into_the_calibration_wind
     calib = calibration_windows(100, size=PROMPT_BYTES, root=tmp_path)
     assert calib and not set(bench) & set(calib)
     assert bench == []  # no window of this file ends by CALIBRATION_START
+
+
+def test_near_copies_are_held_out_files_made_of_training_lines(tmp_path):
+    # a held-out table whose rows a training file holds too is a near-copy; fresh code is not; the share is
+    # of line bytes (stripped, blank lines left out), so indentation and blank lines do not count
+    held = [n for n in (f"h{i}.py" for i in range(2000)) if is_heldout(n)][:3]
+    trained = next(n for n in (f"t{i}.py" for i in range(2000)) if not is_heldout(n))
+    rows = "".join(f"    {i:#06x}: 'x{i}',\n" for i in range(40))
+    (tmp_path / trained).write_text("TABLE = {\n" + rows + "}\n")
+    (tmp_path / held[0]).write_text("MAP = {\n\n" + rows + "}\n")  # the rows again, its own first line
+    (tmp_path / held[1]).write_text("def fresh():\n    return 1\n")
+    (tmp_path / held[2]).write_text("# half\n" * 3 + "    0x0001: 'x1',\n" * 3)
+    found = near_copies(root=tmp_path)
+    assert set(found) == {held[0]} and 0.95 < found[held[0]] < 1.0
+    assert set(near_copies(share=0.5, root=tmp_path)) == {held[0], held[2]}
