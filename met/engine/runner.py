@@ -216,6 +216,10 @@ class ModelRunner:
         act_slots = [slots[i] for i in active]
         seqs = [self.seqs[s] for s in act_slots]
         rows = [len(s.catchup_tok) for s in seqs]
+        if not all(rows):  # its last draft's catch-up took them, and no verify has added the next
+            slot = act_slots[rows.index(0)]
+            raise RuntimeError(f"slot {slot} was drafted for and not verified since; verify its drafts before "
+                               "drafting again")
         groups = catchup_groups(rows)
         if len(groups) == 1:
             h = self._catch_up(act_slots, seqs, rows)  # [B, dim] MTP hidden that predicts draft 1

@@ -271,3 +271,15 @@ def test_mtp_drafts_keep_their_rows_when_a_prompt_catches_up_in_between(model):
              warmed([prompts[2]]).draft_mtp([0], [3])[0]]
     for got, want in zip(together, alone):
         assert got.tokens == want.tokens and got.confidences == pytest.approx(want.confidences, abs=1e-9)
+
+
+def test_drafting_twice_without_a_verify_says_so(model):
+    # the first draft's catch-up takes the rows the second would start from: a clear error, not torch's
+    # "stack expects a non-empty TensorList"
+    runner = ModelRunner(model, 2)
+    runner.prefill([0, 1], [[97, 98, 99], [100, 101]], [Sampling()] * 2)
+    drafts = runner.draft_mtp([0, 1], [2, 2])
+    with pytest.raises(RuntimeError, match="slot 0 was drafted for and not verified since"):
+        runner.draft_mtp([0, 1], [2, 2])
+    runner.verify([0, 1], drafts)
+    assert [len(d.tokens) for d in runner.draft_mtp([0, 1], [2, 2])] == [2, 2]
