@@ -4,7 +4,8 @@
 #   2. run the GPU tests (pytest -m gpu);
 #   3. run a short NVML sweep (plus the drafter's calibration) and check the table it writes;
 #   4. run a short `met bench policies` on the GPU against that table (issue 7's ratios, with J/token).
-# Usage: scripts/gpu_check.sh [OUTDIR]   (default: tables/). Writes OUTDIR/<box_class>/met-tiny-py.toml,
+# A box that cannot fetch packages needs the wheels of scripts/gpu_wheels.sh (run it where pip works) in .whl/:
+# they are installed first. Usage: scripts/gpu_check.sh [OUTDIR]   (default: tables/). Writes OUTDIR/<box_class>/met-tiny-py.toml,
 # its .calibration.toml, OUTDIR/policies/ (the policies report, JSON and plot) and OUTDIR/gpu_check.log. Exit status: 0 when every step passed, else 1
 # (the log says which failed; every step runs even after a failure).
 set -u
@@ -20,12 +21,18 @@ run() { "$@" 2>&1 | tee -a "$LOG"; return "${PIPESTATUS[0]}"; }
 say "gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ) in $(pwd), out $OUTDIR"
 run nvidia-smi --query-gpu=name,uuid,driver_version,temperature.gpu,clocks.sm,power.draw --format=csv || true
 
+if compgen -G ".whl/*.whl" > /dev/null; then
+    say "install the carried wheels (.whl/, from scripts/gpu_wheels.sh) into /tmp/site"
+    run python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}" || failed+=("carried wheels")
+fi
 say "install met (no dependencies fetched; torch etc. must already be there)"
-run python -m pip install --no-deps --no-build-isolation -e . -q \
-    || run python -m pip install --no-deps -e . -q \
+run python3 -m pip install --no-deps --no-build-isolation -e . -q \
+    || run python3 -m pip install --no-deps -e . -q \
     || { say "pip install failed: using the checkout through PYTHONPATH"; export PYTHONPATH="$(pwd)${PYTHONPATH:+:$PYTHONPATH}"; }
-met() { python -c 'import sys; from met.cli import main; sys.argv[0] = "met"; main()' "$@"; }
-run python - <<'EOF' || failed+=("imports")
+MET=(python3 -c 'import sys; from met.cli import main; sys.argv[0] = "met"; main()')  # no console script needed
+met() { "${MET[@]}" "$@"; }
+run python3 - <<'EOF' || failed+=("imports")
 import importlib
 missing = []
 for name in ("torch", "typer", "rich", "tomli_w", "numpy", "safetensors", "pynvml", "met.cli", "pytest", "hypothesis"):
@@ -44,9 +51,9 @@ EOF
 # Only the files that hold GPU tests: collecting the whole suite would make this depend on all of it.
 mapfile -t GPU_TESTS < <(grep -rl --include='test_*.py' 'mark.gpu' tests | sort)
 say "GPU tests: pytest -m gpu ${GPU_TESTS[*]}"
-run python -m pytest -m gpu -v -rs -p no:cacheprovider "${GPU_TESTS[@]}" || failed+=("gpu tests")
+run python3 -m pytest -m gpu -v -rs -p no:cacheprovider "${GPU_TESTS[@]}" || failed+=("gpu tests")
 
-if ! BOX="$(python -c 'import torch; from met.engine.identity import box_class
+if ! BOX="$(python3 -c 'import torch; from met.engine.identity import box_class
 assert torch.cuda.is_available(), "torch sees no CUDA device"; print(box_class("cuda"))' 2>>"$LOG")"; then
     failed+=("no CUDA device: sweep skipped")
     say "gpu_check FAILED: ${failed[*]}"
@@ -76,7 +83,7 @@ fi
 
 if [ -f "$TABLE" ] && [ -f "${TABLE%.toml}.calibration.toml" ]; then
     say "policies on the GPU -> $OUTDIR/policies"
-    run timeout 300 met bench policies --device cuda --table "$TABLE" --energy auto --prompts 8 --max-tokens 64 \
+    run timeout 300 "${MET[@]}" bench policies --device cuda --table "$TABLE" --energy auto --prompts 8 --max-tokens 64 \
         --concurrency 1,4,16 --repeats 2 --out-dir "$OUTDIR/policies" || failed+=("policies")
 fi
 
