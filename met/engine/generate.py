@@ -24,7 +24,8 @@ class Output:
     accepted: int = 0  # drafts accepted; the bonus token is not a draft
     accepted_at: list[int] = field(default_factory=list)  # accepted[j]: steps whose draft j+1 was accepted
     proposed_at: list[int] = field(default_factory=list)  # proposed[j]: steps that verified a draft j+1
-    decode_s: float = 0.0
+    decode_s: float = 0.0  # the batch's decode wall time (every sequence of the batch gets the same)
+    finished_s: float = 0.0  # decode wall time until this sequence finished (0: it finished at prefill)
     prefill_s: float = 0.0
     finished_by: str = "length"
     gammas: list[int] = field(default_factory=list)  # --spec dflash: the rung's verify width K at each step
@@ -91,6 +92,7 @@ def generate(runner: ModelRunner, prompts: list[list[int]], max_tokens: int, spe
             count_chain(o.proposed_at, o.accepted_at, len(d.tokens), r.accepted)
             proposers[i].observe(len(d.tokens), r.accepted, r.tokens)
             if _emit(o, r.tokens, max_tokens, stop_at_eos, eos_ids) or runner.room(s) < 0:
+                o.finished_s = time.perf_counter() - t0
                 runner.release(s)
             else:
                 still.append(i)

@@ -79,3 +79,31 @@ def test_lookup_min_ngram_drafts_less_and_keeps_the_text():
 
     loose, strict = run("1"), run("4")
     assert strict["text"] == loose["text"] and strict["drafts_proposed"] < loose["drafts_proposed"]
+
+
+def test_json_rate_of_a_batched_prompt_is_over_its_own_decode_time(tmp_path, monkeypatch):
+    # a clock that moves one second per verify step: a prompt's decode time is the steps it took part in.
+    # At --batch 2 the repetitive prompt finishes in a third of the other's steps; its rate was divided by
+    # the whole batch's decode time, so both prompts reported the slower one's rate
+    from types import SimpleNamespace
+
+    import met.engine.generate as gen
+    from met.engine.runner import ModelRunner
+
+    clock = SimpleNamespace(t=0.0)
+    monkeypatch.setattr(gen, "time", SimpleNamespace(perf_counter=lambda: clock.t))
+    verify = ModelRunner.verify
+
+    def ticking(self, slots, drafts):
+        clock.t += 1.0
+        return verify(self, slots, drafts)
+
+    monkeypatch.setattr(ModelRunner, "verify", ticking)
+    f = tmp_path / "p.jsonl"
+    f.write_text('"import os\\nimport sys\\n"\n"for i in range(10):\\n    print(i)\\nfor i in range(10):\\n    "\n')
+    result = runner.invoke(app, ["generate", "--prompts", str(f), "--max-tokens", "24", "--spec", "prompt-lookup",
+                                 "--batch", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    recs = [json.loads(line) for line in result.stdout.splitlines()]
+    assert recs[0]["steps"] < recs[1]["steps"]
+    assert [r["tokens_per_s"] for r in recs] == [round(r["tokens"] / r["steps"], 2) for r in recs]
