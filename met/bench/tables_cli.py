@@ -239,7 +239,10 @@ def show(path: TableArg, calibration: CalibrationOpt = None, slack: SlackOpt = 0
                        f"{key.recipe}; met serve refuses such a pair (exit 78), so these plans are no serve's",
                        err=True)
     for n in table.widths:
-        console.print(_width_table(table, cal, n, slack))
+        grid = _width_table(table, cal, n, slack)
+        # never narrower than its figures (a pipe is 80 columns): rich would cut "0.6667" to "0.66…" or drop a column
+        need = console.measure(grid, options=console.options.update_width(1 << 12)).minimum
+        Console(width=max(console.width, need)).print(grid)
 
 
 def _width_table(table: CostTable, cal: AcceptanceCalibration | None, n: int, slack: float) -> Table:
@@ -250,10 +253,9 @@ def _width_table(table: CostTable, cal: AcceptanceCalibration | None, n: int, sl
     headers += ["verify J", "draft J"] if table.has_energy else []
     if cal is not None:
         headers += ["E tokens", "tok/s"] + (["tok/J"] if table.has_energy else []) + ["plan"]
-    for header in headers:
-        grid.add_column(header, justify="right")
     estimates = estimate_depths(table, cal, n, None) if cal is not None else []
     chosen = choose(estimates, slack).k if estimates else None
+    rows = []
     for k in range(table.kmax + 1):
         cell = table.cell(n, k)
         row = [str(k), f"{cell.verify_s * 1e3:.4g}", f"{cell.draft_s * 1e3:.4g}"]
@@ -266,5 +268,9 @@ def _width_table(table: CostTable, cal: AcceptanceCalibration | None, n: int, sl
             row += [f"{e.expected_tokens:.3f}", f"{e.tokens_per_s:.4g}"]
             row += [f"{e.tokens_per_j:.4g}"] if table.has_energy else []
             row.append("◀" if k == chosen else "")
+        rows.append(row)
+    for i, header in enumerate(headers):  # a narrow terminal wraps the headers, never the figures
+        grid.add_column(header, justify="right", min_width=max(*map(len, header.split()), *(len(row[i]) for row in rows)))
+    for row in rows:
         grid.add_row(*row)
     return grid

@@ -264,3 +264,49 @@ def test_show_warns_when_the_calibration_is_another_models(tmp_path):
     other = write(tmp_path, calibration_text().replace("met-tiny-py-mtp", "other-model"), "other.toml")
     result = tables("show", str(table), "--calibration", str(other))
     assert result.exit_code == EX_OK and "warning: the calibration was fitted on other-model@" in result.stderr
+
+
+# A calibration written by hand: P(draft 1 accepted) 0.8, P(draft 2 | draft 1) 0.5.
+CALIBRATION = """\
+schema = 1
+
+[drafter]
+kind = "mtp"
+name = "met-tiny-py"
+digest = "0123abcd"
+
+[overall]
+p_accept = 0.7
+outcomes = 1000
+
+[[position_priors]]
+position = 1
+p_accept = 0.8
+outcomes = 500
+
+[[position_priors]]
+position = 2
+p_accept = 0.5
+outcomes = 300
+"""
+
+
+def test_show_prints_every_figure_whole_at_80_columns(tmp_path):
+    # an energy table with catch-ups and a calibration has 10 columns: at a pipe's 80 columns rich cut
+    # tok/J 0.6667 to "0.66…" and the catch-up to "catc…". Recomputed by hand at width 1:
+    # k = 1: 1 + 0.8 = 1.8 tokens in 11 + 2 ms = 138.5 tok/s, over 2.2 + 0.5 J = 0.6667 tok/J;
+    # k = 2: 1 + 0.8 + 0.4 = 2.2 tokens in 16 ms = 137.5 tok/s (within 10% of the best), 3.4 J = 0.6471 tok/J
+    text = TABLE.replace("verify_s = 0.0074\ndraft_s = 0.0012\nverify_j = 2.0\ndraft_j = 0.3\n",
+                         "verify_s = 0.011\ndraft_s = 0.002\nverify_j = 2.2\ndraft_j = 0.5\ncatchup_s = 3e-05\n")
+    text = text.replace("verify_s = 0.0071\n", "verify_s = 0.010\n").replace("verify_j = 1.9\n", "verify_j = 2.0\n")
+    text += "\n".join(["", "[[cells]]", "n = 1", "k = 2", "verify_s = 0.012", "draft_s = 0.004", "verify_j = 2.4",
+                       "draft_j = 1.0", "catchup_s = 3.2e-05", "", "[[cells]]", "n = 8", "k = 2", "verify_s = 0.013",
+                       "draft_s = 0.002", "verify_j = 3.4", "draft_j = 0.8", ""])
+    table, cal = write(tmp_path, text), write(tmp_path, CALIBRATION, "cal.toml")
+    result = tables("show", str(table), "--calibration", str(cal))
+    assert result.exit_code == EX_OK, result.output
+    assert "…" not in result.stdout and "catch-up" in result.stdout
+    rows = [line.split() for line in result.stdout.splitlines()]
+    assert ["0", "10", "0", "-", "2", "0", "1.000", "100", "0.5"] in rows
+    assert ["1", "11", "2", "30", "2.2", "0.5", "1.800", "138.5", "0.6667", "◀"] in rows
+    assert ["2", "12", "4", "32", "2.4", "1", "2.200", "137.5", "0.6471"] in rows
