@@ -43,8 +43,9 @@ def render(doc: dict, source: str = "") -> Panel:
         why = "its table has no energy source" if str(doc.get("spec", "")).endswith("measured") else "no cost table"
         head.add_row("energy", f"not measured ({why})")
     else:
-        head.add_row("energy", f"{jpt if jpt is not None else float('nan'):.4g} J/token planned, "
-                     f"{energy or 0.0:.4g} J as the table prices the steps run")
+        # an idle tick plans no step: no J/token to show (was "nan"), while the run's joules stay
+        planned = f"{jpt:.4g} J/token planned" if jpt is not None else "no step planned this tick"
+        head.add_row("energy", f"{planned}, {energy or 0.0:.4g} J as the table prices the steps run")
     proposed, accepted = doc.get("drafts_proposed", 0), doc.get("drafts_accepted", 0)
     head.add_row("drafts", f"{accepted}/{proposed} accepted"
                  + (f" ({accepted / proposed:.1%})" if proposed else "")

@@ -144,3 +144,11 @@ def test_dashboard_draws_any_counts_in_a_narrow_terminal():
             assert "met" in _frame(doc, "http://127.0.0.1:8000", width)
     bars = [line for line in _frame(odd).splitlines() if "100000000" in line]
     assert bars and bars[0].count("█") == 20
+
+
+def test_dashboard_of_an_idle_tick_under_an_energy_table_shows_no_nan():
+    # an idle tick publishes no plan (joules_per_token null) while the run's priced joules stay: the energy
+    # line read "nan J/token planned"
+    doc = {**snapshot_doc(SchedulerSnapshot(spec="mtp/measured", energy_j=3.5)), "joules_per_token": None}
+    text = _frame(doc)
+    assert "nan" not in text and "no step planned this tick, 3.5 J as the table prices the steps run" in text
