@@ -40,9 +40,8 @@ def summary(o: Output, text: str) -> dict:
     return {
         "text": text,
         "tokens": len(o.tokens),
-        # over this prompt's own decode time (one that finished early is not charged the batch's later steps);
-        # None without a decode step: the one token came from prefill, over a decode time of ~0
-        # the decode steps' tokens (the first came from prefill) over this prompt's own decode time
+        # the decode steps' tokens (the first came from prefill) over this prompt's own decode time (one that
+        # finished early is not charged the batch's later steps); None without a decode step
         "tokens_per_s": round((len(o.tokens) - 1) / o.finished_s, 2) if o.steps and o.finished_s > 0 else None,
         "prefill_s": round(o.prefill_s, 6),
         "steps": o.steps,
