@@ -108,16 +108,17 @@ def generate(
         r = resolve(model)
         if spec == "mtp" and r.config.mtp_depth == 0:
             raise _fail(f"{r.name} has no MTP module to draft with; use --spec ngram or --spec prompt-lookup", 2)
-        if max_len == 1 or max_len > r.config.max_seq_len:
-            raise _fail(f"--max-len {max_len} is not a context {r.name} can run: 2..{r.config.max_seq_len} tokens, "
-                        "or 0 for the model's own", 2)
+        try:
+            context = context_len(r, max_len)
+        except ValueError as e:
+            raise _fail(f"--max-len {e}", 2) from None
         tokenizer = tokenizer_for(r)
         net = r.load(torch_dtype, device)
     except RecipeError as e:
         raise _fail(str(e), e.status)
     block = _block_drafter(drafter or shipped_path(r), r.id, torch_dtype, device) if spec == "dflash" else None
     # a fixed policy other than mtp never drafts with the MTP block: skip keeping its catch-up rows
-    runner = ModelRunner(net, max_batch=batch, max_len=context_len(r, max_len), track_mtp=spec == "mtp",
+    runner = ModelRunner(net, max_batch=batch, max_len=context, track_mtp=spec == "mtp",
                          dflash=block)
     sampling = Sampling(temperature, top_p, seed)
     encoded = [tokenizer.encode(t) for t in texts]

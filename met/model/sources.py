@@ -77,5 +77,12 @@ def load_source(spec: str, dtype: torch.dtype = torch.float32, device: str = "cp
 
 
 def context_len(recipe: Recipe, max_len: int = 0) -> int:
-    """Tokens per sequence a runner allocates: max_len if given, else the model's own, at most DEFAULT_MAX_LEN."""
+    """Tokens per sequence a runner allocates: max_len if given, else the model's own, at most DEFAULT_MAX_LEN.
+
+    ValueError for a max_len the model cannot run: 1 (no room for a prompt and a new token) or past its context
+    (which was cut silently before).
+    """
+    if max_len == 1 or max_len > recipe.config.max_seq_len:
+        raise ValueError(f"{max_len} is not a context {recipe.name} can run: 2..{recipe.config.max_seq_len} tokens "
+                         "(a prompt and one new token at least), or 0 for the model's own")
     return min(max_len or DEFAULT_MAX_LEN, recipe.config.max_seq_len)

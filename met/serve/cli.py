@@ -122,10 +122,10 @@ def serve(
         tokenizer = tokenizer_for(recipe)
     except RecipeError as exc:
         raise _fail(exc.status, f"error: {exc}") from None
-    if max_len == 1 or max_len > recipe.config.max_seq_len:
-        raise typer.BadParameter(f"{max_len} is not a context {recipe.name} can serve: 2..{recipe.config.max_seq_len} "
-                                 "tokens (a prompt and one new token at least), or 0 for the model's own",
-                                 param_hint="--max-len")
+    try:
+        context = context_len(recipe, max_len)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--max-len") from None
     if spec is None:
         spec = "mtp" if recipe.config.mtp_depth or spec_cost_model == "measured" else "prompt-lookup"
     if spec == "mtp" and not recipe.config.mtp_depth:
@@ -158,7 +158,7 @@ def serve(
     pools = VerifyPools(DEFAULT_POOLS.tiers, lift_wide_tier=lift_wide_tier)
     names = (recipe.name, recipe.id) + ((model,) if model not in (recipe.name, recipe.id) else ())
     service = Service.build(net, recipe.id, names, PolicyConfig(spec, lookup_depth, lookup_min_ngram, pools),
-                            max_batch, context_len(recipe, max_len), cost_state, keys, tokenizer, block)
+                            max_batch, context, cost_state, keys, tokenizer, block)
     _banner(service, recipe.id, host, port, settings, box, table if cost_state else None, cost_state, keys)
     app = create_app(service)
     try:
