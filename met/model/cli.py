@@ -18,7 +18,7 @@ from met.model.corpus import HELDOUT_PERCENT, load_split, stdlib_root
 from met.model.transformer import Transformer
 from met.model.dflash_train import DflashTrainParams
 from met.model.train import TrainParams, train
-from met.model.train_state import ChangedParams, PastSteps, UnusableCheckpoint
+from met.model.train_state import ChangedParams, PastSteps, UnusableCheckpoint, shown
 from met.model.weights import read_card, save_weights, write_card
 
 if TYPE_CHECKING:
@@ -194,8 +194,8 @@ def _open_log(out_dir: Path) -> TextIO:
 def _checkpoint_refused(e: UnusableCheckpoint | PastSteps | ChangedParams) -> typer.Exit:
     """An unusable checkpoint is bad input data (65); one already past --steps or of other options a bad option (2)."""
     if isinstance(e, ChangedParams):
-        shown = ", ".join(f"--{k.replace('_', '-')} {old} (this run: {new})" for k, (old, new) in e.changes.items())
-        return _fail(f"{e.ckpt} was trained with {shown}; pass the same to resume it (--steps and --eval-every may "
+        options = shown(e.changes, lambda field: f"--{field.replace('_', '-')}")
+        return _fail(f"{e.ckpt} was trained with {options}; pass the same to resume it (--steps and --eval-every may "
                      "change), or another --out-dir to start afresh", 2)
     if isinstance(e, PastSteps):
         return _fail(f"{e.ckpt} is already at step {e.step}, past --steps {e.steps}; pass --steps {e.step} or more "

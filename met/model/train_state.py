@@ -7,6 +7,7 @@ anchors), the step, the wall seconds so far and the last stats. A resumed run dr
 batches and takes the same steps as one that never stopped.
 """
 
+from collections.abc import Callable
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
@@ -25,9 +26,8 @@ class ChangedParams(ValueError):
     """A checkpoint resumed under other training options: the card would claim options its first steps did not use."""
 
     def __init__(self, ckpt: Path, changes: dict[str, tuple[object, object]]) -> None:
-        shown = ", ".join(f"{k} {old} (this run: {new})" for k, (old, new) in changes.items())
-        super().__init__(f"the checkpoint {ckpt} was trained with {shown}; resume it with the same options (only "
-                         f"{', '.join(RESUMABLE)} may change), or train in another folder to start afresh")
+        super().__init__(f"the checkpoint {ckpt} was trained with {shown(changes)}; resume it with the same options "
+                         f"(only {', '.join(RESUMABLE)} may change), or train in another folder to start afresh")
         self.ckpt, self.changes = ckpt, changes
 
 
@@ -59,12 +59,12 @@ def resume(ckpt: Path | None, key: str, module: torch.nn.Module, opt: torch.opti
     if not isinstance(state, dict) or key not in state:
         keys = ", ".join(map(str, state)) if isinstance(state, dict) else type(state).__name__
         raise UnusableCheckpoint(f"{ckpt} holds no {key!r} state (found: {keys or 'nothing'})")
-    if differ := _config_changes(state.get("config"), getattr(module, "cfg", None)):
-        raise UnusableCheckpoint(f"{ckpt} was saved for another {key}: {differ}")
+    if differ := _changes(state.get("config"), getattr(module, "cfg", None)):
+        raise UnusableCheckpoint(f"{ckpt} was saved for another {key}: {shown(dict(list(differ.items())[:4]))}")
     if target is not None and state.get("target", target) != target:  # a checkpoint without one cannot be told
         raise UnusableCheckpoint(f"{ckpt} was trained against {state['target']}, not {target} (the target's "
                                  "weights changed since)")
-    if changes := _param_changes(state.get("params"), params):
+    if changes := _changes(state.get("params"), params, skip=RESUMABLE):
         raise ChangedParams(ckpt, changes)
     try:
         module.load_state_dict(state[key])
@@ -78,22 +78,21 @@ def resume(ckpt: Path | None, key: str, module: torch.nn.Module, opt: torch.opti
     return step, elapsed, state.get("stats", {})
 
 
-def _config_changes(saved: object, cfg: object) -> str:
-    """The config fields that differ between a checkpoint and the module ('' when they agree or cannot be told)."""
-    if not isinstance(saved, dict) or not is_dataclass(cfg):
-        return ""
-    now = asdict(cfg)
-    changed = [k for k in now if k in saved and saved[k] != now[k]]
-    return ", ".join(f"{k} {saved[k]} (this run: {now[k]})" for k in changed[:4])
+def _changes(saved: object, now: object, skip: tuple[str, ...] = ()) -> dict[str, tuple[object, object]]:
+    """{field: (checkpoint's, this run's)} of a dataclass's fields that differ from the checkpoint's dict of them.
 
-
-def _param_changes(saved: object, params: object) -> dict[str, tuple[object, object]]:
-    """{field: (checkpoint's, this run's)} of the training options that differ, RESUMABLE left out."""
-    if not isinstance(saved, dict) or not is_dataclass(params):
+    Fields in `skip` or not in the checkpoint are left out; {} when either side cannot be told.
+    """
+    if not isinstance(saved, dict) or not is_dataclass(now):
         return {}
-    now = asdict(params)
-    changed = [k for k in now if k not in RESUMABLE and k in saved and _plain(saved[k]) != _plain(now[k])]
-    return {k: (saved[k], now[k]) for k in changed}
+    fields = asdict(now)
+    return {k: (saved[k], v) for k, v in fields.items()
+            if k not in skip and k in saved and _plain(saved[k]) != _plain(v)}
+
+
+def shown(changes: dict[str, tuple[object, object]], name: Callable[[str], str] = str) -> str:
+    """`batch 2 (this run: 16), lr ...`: each changed field by `name`, the checkpoint's value and this run's."""
+    return ", ".join(f"{name(k)} {old} (this run: {new})" for k, (old, new) in changes.items())
 
 
 def _plain(value: object) -> object:
