@@ -12,7 +12,6 @@ import os
 import platform
 import shlex
 import sys
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -27,7 +26,7 @@ from met.bench.policies_report import Row, checks, document, markdown, summarise
 from met.bench.meters import ENERGY_CHOICES
 from met.bench.progress import Reporter
 from met.bench.spec_cost_cli import EX_USAGE, parse_widths
-from met.bench.table_files import commit, stage
+from met.bench.table_files import check_writable, commit, stage
 from met.engine.identity import RunSettings, box_class, device_name, resolve_run
 from met.exit_codes import EX_CANTCREAT, EX_NOINPUT, EX_OK, EX_SOFTWARE
 from met.model.recipes import DEFAULT_RECIPE, RecipeError, embedded
@@ -254,8 +253,7 @@ def _command(recipe: str, workload: pol.Workload, names: list[str], table: Path 
 def _check_out_dir(out_dir: Path) -> None:
     """Exit 73 before anything runs if the results could not be written there (a file in the way, no permission)."""
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=out_dir).close()
+        check_writable(out_dir / OUT_NAMES[0])  # makes the folder, and a temp file in it as _write will
         taken = [name for name in OUT_NAMES if (out_dir / name).is_dir()]
         if taken:
             raise OSError(f"{out_dir / taken[0]} is a folder")
@@ -274,11 +272,10 @@ def _write(out_dir: Path, meta: dict, report: str, doc: dict, rows: list[Row]) -
     try:
         staged.append((stage(out_dir / OUT_NAMES[0], json.dumps(doc, indent=1) + "\n"), out_dir / OUT_NAMES[0]))
         staged.append((stage(out_dir / OUT_NAMES[1], report), out_dir / OUT_NAMES[1]))
-        fd, png = tempfile.mkstemp(prefix=f".{OUT_NAMES[2]}.", suffix=".tmp", dir=out_dir)
-        os.close(fd)
-        staged.append((Path(png), out_dir / OUT_NAMES[2]))
+        png = stage(out_dir / OUT_NAMES[2], "")  # an empty temp file beside it, for the plot to fill
+        staged.append((png, out_dir / OUT_NAMES[2]))
         try:
-            plot(rows, f"tokens/s by concurrency: {meta['recipe']} on {meta['machine']['box_class']}", Path(png))
+            plot(rows, f"tokens/s by concurrency: {meta['recipe']} on {meta['machine']['box_class']}", png)
         except PlotUnavailable as exc:
             typer.echo(f"warning: no {OUT_NAMES[2]}: {exc}", err=True)
             staged.pop()[0].unlink()
