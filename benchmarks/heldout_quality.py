@@ -10,9 +10,10 @@ module's argmax equal to the main model's argmax one position later: train.losse
 The split holds files out by path; some held-out files are as good as copies of training files
 (corpus.near_copies: at least 70% of their line bytes occur as lines of training files, the codec
 tables of encodings/ above all). Each figure is given over the whole split, over those files and
-over the rest; and the share of the benchmarks' prompts and of the calibration's windows cut from
-them, with the calibration's first-draft acceptance (greedy MTP decoding, as `met bench spec-cost`
-fits it) on each part.
+over the rest; then it checks that no benchmark prompt or calibration window is cut from them
+(`corpus.benchmark_files` leaves them out), and gives the calibration's first-draft acceptance
+(greedy MTP decoding, as `met bench spec-cost` fits it) on its windows and on the windows the same
+cut would take from the near-copies.
 
     python3 benchmarks/heldout_quality.py [--window 256] [--threads 1] [--out FILE]
 """
@@ -113,17 +114,21 @@ def main() -> int:
     workload = corpus.heldout_code(16, PROMPT_OFFSET, PROMPT_BYTES)  # as heldout_workload_prompts cuts them
     openings = corpus.heldout_prompts(16)
     windows = corpus.calibration_windows(128)
-    near_windows = from_near(windows)
-    n_near, acc_near = first_draft_acceptance(model, [w for w, f in zip(windows, near_windows) if f])
-    n_rest, acc_rest = first_draft_acceptance(model, [w for w, f in zip(windows, near_windows) if not f])
+    root = corpus.stdlib_root()
+    near_bytes = [(root / name).read_bytes() for name in sorted(near)]
+    offsets = range(corpus.CALIBRATION_START, max(map(len, near_bytes), default=0), corpus.CALIBRATION_STRIDE)
+    near_windows = list(corpus.cut_windows(near_bytes, offsets, 256))  # cut as calibration_windows cuts its files
+    n_near, acc_near = first_draft_acceptance(model, near_windows)
+    n_rest, acc_rest = first_draft_acceptance(model, windows)
     lines += [
-        "", "Cut from near-copy files:", "",
-        f"- the policies benchmark's prompts (`met bench policies`, 16): {sum(from_near(workload))}",
-        f"- the file openings of the card's acceptance, `benchmarks/decode.py` and `peer_transformers.py` (16): "
-        f"{sum(from_near(openings))}",
-        f"- the calibration's windows (128): {sum(near_windows)}; greedy first-draft acceptance on them "
-        f"{acc_near:.3f} ({n_near:,} judged), on the other {len(windows) - sum(near_windows)} {acc_rest:.3f} "
-        f"({n_rest:,} judged)",
+        "", "Cut from near-copy files (`corpus.benchmark_files` leaves them out, so each should be 0):", "",
+        f"- the policies benchmark's prompts (`met bench policies`, {len(workload)}): {sum(from_near(workload))}",
+        f"- the file openings of the card's acceptance, `benchmarks/decode.py` and `peer_transformers.py` "
+        f"({len(openings)}): {sum(from_near(openings))}",
+        f"- the calibration's windows ({len(windows)}): {sum(from_near(windows))}",
+        "", "Greedy first-draft acceptance, as `met bench spec-cost` fits the calibration: on the calibration's "
+        f"{len(windows)} windows {acc_rest:.3f} ({n_rest:,} judged); on the {len(near_windows)} windows the same cut "
+        f"gives from the near-copy files {acc_near:.3f} ({n_near:,} judged).",
     ]
     text = "\n".join(lines) + "\n"
     print(text)

@@ -1,6 +1,7 @@
 """The training corpus: the running interpreter's standard-library source, split by file."""
 
 import hashlib
+from collections.abc import Collection, Iterable, Iterator
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,8 +54,11 @@ def load_split(heldout: bool, root: Path | None = None) -> Split:
 
 
 def heldout_prompts(count: int, prompt_bytes: int = 256, root: Path | None = None) -> list[str]:
-    """Prompts cut from the starts of held-out files (deterministic): code the model never trained on."""
-    texts = (data[:prompt_bytes].decode("utf-8", errors="ignore") for data in _heldout_bytes(root))
+    """Prompts cut from the starts of held-out files (deterministic): code the model never trained on.
+
+    Like every cut below, from `benchmark_files`: near-copies of training files left out.
+    """
+    texts = (data[:prompt_bytes].decode("utf-8", errors="ignore") for data in benchmark_files(root).values())
     return [text for text in texts if len(text) >= prompt_bytes // 2][:count]
 
 
@@ -67,7 +71,7 @@ def heldout_code(count: int, offset: int = 1024, size: int = 256, root: Path | N
     than offset + size / 2 give none, so fewer than `count` may come back.
     """
     end = CALIBRATION_START if offset < CALIBRATION_START else None
-    return [text for _, text in zip(range(count), _windows(_heldout_bytes(root), [offset], size, end))]
+    return [text for _, text in zip(range(count), cut_windows(benchmark_files(root).values(), [offset], size, end))]
 
 
 CALIBRATION_START, CALIBRATION_STRIDE = 2048, 2048  # past the benchmarks' prompts and their continuations
@@ -81,9 +85,9 @@ def calibration_windows(count: int, size: int = 256, root: Path | None = None) -
     spans many files. Mid-file code, as a completion serve sees it, not the files' openings (licence
     headers and imports, where the drafter is accepted less often).
     """
-    files = _heldout_bytes(root)
+    files = list(benchmark_files(root).values())
     offsets = range(CALIBRATION_START, max((len(d) for d in files), default=0), CALIBRATION_STRIDE)
-    return [text for _, text in zip(range(count), _windows(files, offsets, size))]
+    return [text for _, text in zip(range(count), cut_windows(files, offsets, size))]
 
 
 NEAR_COPY_SHARE = 0.7  # a held-out file this much made of lines that also occur in training files
@@ -97,17 +101,12 @@ def near_copies(share: float = NEAR_COPY_SHARE, root: Path | None = None) -> dic
     of encodings/, say, which differ from their training siblings only in their table rows' values,
     or an empty __init__.py). The split holds them out by path, but the model has as good as read them.
     """
-    root = root or stdlib_root()
-    seen: set[bytes] = set()
-    held: list[tuple[str, bytes]] = []
-    for path in stdlib_files(root):
-        rel, data = path.relative_to(root).as_posix(), path.read_bytes()
-        if is_heldout(rel):
-            held.append((rel, data))
-        else:
-            seen.update(line.strip() for line in data.splitlines())
+    return _near_copies(*_read_split(root), share)
+
+
+def _near_copies(held: dict[str, bytes], seen: set[bytes], share: float) -> dict[str, float]:
     out = {}
-    for rel, data in held:
+    for rel, data in held.items():
         lines = [line for line in (raw.strip() for raw in data.splitlines()) if line]
         total = sum(map(len, lines))
         found = sum(len(line) for line in lines if line in seen) / total if total else 1.0
@@ -116,12 +115,32 @@ def near_copies(share: float = NEAR_COPY_SHARE, root: Path | None = None) -> dic
     return out
 
 
-def _heldout_bytes(root: Path | None) -> list[bytes]:
+def benchmark_files(root: Path | None = None) -> dict[str, bytes]:
+    """The held-out files every benchmark prompt and calibration window is cut from: path -> bytes, in path order.
+
+    The held-out split less its near-copies of training files (`near_copies`), which would flatter
+    every acceptance and calibration figure: the model has as good as read them.
+    """
+    held, seen = _read_split(root)
+    near = _near_copies(held, seen, NEAR_COPY_SHARE)
+    return {rel: data for rel, data in held.items() if rel not in near}
+
+
+def _read_split(root: Path | None) -> tuple[dict[str, bytes], set[bytes]]:
+    """The held-out files (path -> bytes, in path order) and every stripped line of the training files."""
     root = root or stdlib_root()
-    return [p.read_bytes() for p in stdlib_files(root) if is_heldout(p.relative_to(root).as_posix())]
+    held: dict[str, bytes] = {}
+    seen: set[bytes] = set()
+    for path in stdlib_files(root):
+        rel, data = path.relative_to(root).as_posix(), path.read_bytes()
+        if is_heldout(rel):
+            held[rel] = data
+        else:
+            seen.update(line.strip() for line in data.splitlines())
+    return held, seen
 
 
-def _windows(files: list[bytes], offsets, size: int, end: int | None = None):
+def cut_windows(files: Collection[bytes], offsets: Iterable[int], size: int, end: int | None = None) -> Iterator[str]:
     """For each offset in turn, each file's `size` bytes from its first line start after the offset.
 
     end: a window that would reach past this byte is left out.

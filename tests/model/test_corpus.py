@@ -4,8 +4,8 @@ import pytest
 
 from met.bench.policies import PROMPT_BYTES, PROMPT_OFFSET
 from met.bench.policies_cli import DEFAULTS
-from met.model.corpus import (CALIBRATION_START, CALIBRATION_STRIDE, calibration_windows, heldout_code,
-                              is_heldout, near_copies)
+from met.model.corpus import (CALIBRATION_START, CALIBRATION_STRIDE, benchmark_files, calibration_windows,
+                              heldout_code, heldout_prompts, is_heldout, near_copies)
 
 LINE = 16  # each line of a fake file is "#" + its own byte offset, so a window says where it was cut
 
@@ -25,7 +25,7 @@ def root(tmp_path):
     trained = next(n for n in (f"t{i}.py" for i in range(2000)) if not is_heldout(n))
     for name, size in zip(names, (10240, 5120, 1024)):
         (tmp_path / name).write_bytes(_lines(size))
-    (tmp_path / trained).write_bytes(_lines(10240))
+    (tmp_path / trained).write_bytes(_lines(10240).replace(b"#", b"t"))  # no held-out line: none a near-copy
     return tmp_path
 
 
@@ -79,3 +79,16 @@ def test_near_copies_are_held_out_files_made_of_training_lines(tmp_path):
     found = near_copies(root=tmp_path)
     assert set(found) == {held[0]} and 0.95 < found[held[0]] < 1.0
     assert set(near_copies(share=0.5, root=tmp_path)) == {held[0], held[2]}
+
+
+def test_no_prompt_or_window_is_cut_from_a_near_copy(tmp_path):
+    # two held-out files long enough for every cut: one a copy of a training file's lines, one fresh
+    held = sorted(n for n in (f"h{i}.py" for i in range(2000)) if is_heldout(n))[:2]
+    trained = next(n for n in (f"t{i}.py" for i in range(2000)) if not is_heldout(n))
+    (tmp_path / trained).write_bytes(_lines(8192))
+    (tmp_path / held[0]).write_bytes(_lines(8192))  # sorts first: every cut would start with it
+    (tmp_path / held[1]).write_bytes(b"".join(f"y{i:013d}\n".encode() for i in range(512)))
+    assert set(near_copies(root=tmp_path)) == {held[0]} and list(benchmark_files(tmp_path)) == [held[1]]
+    cuts = (heldout_prompts(8, root=tmp_path) + heldout_code(8, offset=PROMPT_OFFSET, size=PROMPT_BYTES, root=tmp_path)
+            + calibration_windows(8, root=tmp_path))
+    assert len(cuts) == 1 + 1 + 3 and all(text.startswith("y") for text in cuts)  # 7,680 bytes: 3 windows
