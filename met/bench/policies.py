@@ -142,7 +142,8 @@ class _Recorder:
         self.min_ngram = getattr(policy, "min_ngram", 1)  # and its proposers' shortest match
         self.shapes: Counter = Counter()
         self.seen: dict[str, SeqState] = {}
-        self.tokens = 0  # emitted by steps
+        self.tokens = 0  # emitted by steps, as clients get them: none past EOS, a stop string or max_tokens
+        self._lengths: list[tuple[SeqState, int]] = []  # the step's sequences and their tokens before it
         self.steps: list[StepRecord] = []
         self._draft_s = 0.0
         self._planned_at = 0.0
@@ -154,6 +155,7 @@ class _Recorder:
 
     def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
         self._planned_at = time.perf_counter()
+        self._lengths = [(s, len(s.generated)) for s in seqs]
         for s in seqs:
             self.seen.setdefault(s.request.id, s)
         return self.policy.plan(runner, seqs)
@@ -166,7 +168,7 @@ class _Recorder:
 
     def observe(self, plan: StepPlan, outcomes: Sequence[Outcome], seconds: float) -> None:
         self.shapes[plan.mode, len(outcomes), max((o.proposed for o in outcomes), default=0)] += 1
-        self.tokens += sum(o.emitted for o in outcomes)
+        self.tokens += sum(len(s.generated) - before for s, before in self._lengths)  # not o.emitted: past EOS too
         self.steps.append(StepRecord(tuple(o.proposed for o in outcomes), self._draft_s, seconds, self._planned_at))
         self.policy.observe(plan, outcomes, seconds)
 

@@ -101,7 +101,7 @@ class SeqState:
     slot: int
     proposer: Proposer
     text: TextStream
-    generated: list[int] = field(default_factory=list)  # emitted tokens (EOS included once it came)
+    generated: list[int] = field(default_factory=list)  # tokens the client got: no EOS, none past a stop string
     confidences: list[float] = field(default_factory=list)  # the drafter's confidences of the last step's drafts
     finish: str | None = None  # set when the sequence must leave at the end of this tick
 

@@ -15,7 +15,7 @@ from met.bench.policies_identity import mismatches
 from met.bench.policies_report import checks, median_interval, paired_ratio, price, summarise
 from met.cli import app
 from met.engine.identity import MODES, RunSettings, mtp_drafter_key, serve_table_key
-from met.engine.policy_base import PlainPolicy
+from met.engine.policy_base import Outcome, PlainPolicy, StepPlan
 from met.exit_codes import EX_CANTCREAT, EX_CONFIG, EX_DATAERR, EX_OK, EX_SOFTWARE
 from met.speculative.spec_capacity import DEFAULT_POOLS
 from met.speculative.spec_cost import (AcceptanceCalibration, Cell, CostTable, PositionPrior, SpecCostState,
@@ -75,6 +75,22 @@ def test_every_policy_and_concurrency_has_a_row(runs):
     assert all(r.repeats == 2 and r.tokens_per_s > 0 and r.step_tokens_per_s > r.tokens_per_s * 0.5
                and r.joules_per_token is None for r in rows)
     assert [r.policy for r in rows[:8]] == list(pol.POLICIES)  # interleaved order kept
+
+
+def test_tokens_in_steps_are_those_clients_got(runs):
+    # every request's tokens but its first (prefill's) came from steps, so the steps' count is their sum
+    for r in runs:
+        assert r.step_tokens == sum(len(o.tokens) - 1 for o in r.outputs if o.tokens)
+
+
+def test_the_recorder_counts_no_token_past_eos():
+    # a verify that emitted 4 tokens of which the client got 2 (EOS third) counts 2, as the scheduler's counter does
+    seq = type("Seq", (), {"request": type("Req", (), {"id": "0"})(), "generated": [7]})()
+    recorder = pol._Recorder(PlainPolicy())
+    recorder.plan(None, [seq])
+    seq.generated += [8, 9]
+    recorder.observe(StepPlan("mtp", 3, (3,), "fixed"), [Outcome(3, 3, 4)], 0.01)
+    assert recorder.tokens == 2
 
 
 def test_runs_interleave_policies_the_order_reversed_every_other_repeat(runs):
