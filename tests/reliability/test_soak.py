@@ -23,8 +23,8 @@ def test_short_soak_holds(tmp_path, spec):
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "soak.py"), "--serve", "--model", "micro",
                           "--spec", spec, "--clients", "8", "--seconds", "4", "--max-tokens", "24", "--out", str(out)],
                          capture_output=True, text=True, timeout=240)
-    result = json.loads(out.with_suffix(".json").read_text())
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    result = json.loads(out.with_suffix(".json").read_text())
     assert set(result["checks"].values()) == {0}, result["checks"]
     assert result["command"].startswith(f"python3 benchmarks/soak.py --serve --model micro --spec {spec} --clients 8")
     statuses = result["requests_by_status"]
