@@ -1,7 +1,7 @@
 """What an MTP draft costs after a run of plain steps: catch-up passes by size class against one per sequence.
 
 A plain step leaves the MTP block behind by one row per sequence; the next draft first catches up
-on all of them (met.engine.runner.catchup_groups decides how rows share passes). Each sample
+on all of them (met.speculative.catchup.catchup_groups decides how rows share passes). Each sample
 prefills `width` held-out prompts, drafts and verifies once (row "prompt": not; the draft then
 catches up on the whole prompt), takes p plain steps, then times one depth-1 draft, under both
 grouping rules in turn (order alternated per repeat); medians. The last plain step before the
@@ -19,10 +19,11 @@ from pathlib import Path
 import torch
 
 from met.engine import runner as runner_mod
-from met.engine.runner import CATCHUP_SHARED_ROWS, Draft, ModelRunner, Sampling
+from met.engine.runner import Draft, ModelRunner, Sampling
 from met.model.corpus import heldout_code
 from met.model.recipes import embedded
 from met.model.tokenizer import encode
+from met.speculative.catchup import CATCHUP_SHARED_ROWS
 
 PLAIN_STEPS = ("prompt", 0, 1, 4, 16, 32)  # "prompt": the first draft after prefill
 

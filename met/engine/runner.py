@@ -9,6 +9,7 @@ from met.engine.accept import greedy_accept, speculative_accept, target_distribu
 from met.model.dflash import DflashDrafter
 from met.model.kv_cache import KVCache
 from met.model.transformer import CacheContext, Transformer
+from met.speculative.catchup import catchup_groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,28 +69,6 @@ def _truncate(draft: Draft, k: int) -> None:
     del draft.tokens[k:], draft.confidences[k:]
     if draft.q is not None:
         draft.q = draft.q[:k] if k else None
-
-
-# Catch-ups of at most this many rows share one pass. Longer ones (a prompt just prefilled, or every
-# row of a run of plain steps) share a pass only with catch-ups of the same power-of-two size class:
-# batched with short ones, every row would be padded to the longest (at width 4 after a 256-token
-# prompt, a 4 x 256 pass of which three quarters is padding), while a pass per sequence pays the
-# per-pass overhead width times (at width 16 after 16 plain steps, 16 passes of 17 rows took 2.1x
-# the time of one: `python3 benchmarks/mtp_catchup.py`).
-CATCHUP_SHARED_ROWS = 16
-
-
-def catchup_groups(rows: list[int]) -> list[list[int]]:
-    """Indices of `rows` in catch-up passes: every short catch-up in one, the long ones by size class.
-
-    Within a long pass no row is padded to more than twice its length.
-    """
-    short = [b for b, r in enumerate(rows) if r <= CATCHUP_SHARED_ROWS]
-    classes: dict[int, list[int]] = {}
-    for b, r in enumerate(rows):
-        if r > CATCHUP_SHARED_ROWS:
-            classes.setdefault((r - 1).bit_length(), []).append(b)  # r in (2^(c-1), 2^c]
-    return ([short] if short else []) + [classes[c] for c in sorted(classes)]
 
 
 class ModelRunner:

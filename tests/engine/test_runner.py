@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from met.engine.generate import generate
-from met.engine.runner import CATCHUP_SHARED_ROWS, Draft, ModelRunner, Sampling, catchup_groups
+from met.engine.runner import Draft, ModelRunner, Sampling
+from met.speculative.catchup import CATCHUP_SHARED_ROWS, catchup_groups
 
 
 def _prompts(seed: int, lengths=(5, 17, 9, 30)) -> list[list[int]]:

@@ -18,10 +18,11 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from random_models import micro_model
 
 from met.engine.accept import greedy_accept
-from met.engine.runner import Draft, ModelRunner, Sampling, catchup_groups
+from met.engine.runner import Draft, ModelRunner, Sampling
 from met.model.config import ModelConfig
 from met.model.dflash import DflashConfig, DflashDrafter
 from met.model.transformer import Transformer
+from met.speculative.catchup import catchup_groups
 
 ATOL = 1e-9  # float64: the cached and uncached paths differ by rounding only
 

@@ -111,6 +111,25 @@ def test_a_first_plan_spreads_a_sequences_catch_up_over_the_steps_it_has_left():
         estimate_depths(t, cal, 1, None, behind=[256, 0], remaining=[1])
 
 
+def test_a_catch_up_is_priced_by_the_pass_the_runner_runs_it_in():
+    # A GPU-like table: a catch-up pass costs 0.1 ms per row whether it holds 1 sequence or 16. At width
+    # 16, k = 1 (2 rows left by a drafting step), every request with 1 token left (the whole catch-up in
+    # this step): one request 256 rows behind and 15 caught up runs alone in a pass of its own,
+    # 254 extra rows at width 1's cost, 25.4 ms (a sixteenth of that, as a share of a full pass, before)
+    t = CostTable(METERED, [Cell(n, k, *row, catchup_s=1e-4 if k else None) for n in (1, 16)
+                            for k, row in enumerate(HAND)])
+    cal = calibration(80, 50)
+    def wall(behind):
+        return estimate_depths(t, cal, 16, None, behind=behind, remaining=[1] * 16)[1].wall_s - (0.011 + 0.002)  # HAND[1]: verify + draft
+    assert wall([256] + [2] * 15) == pytest.approx(254 * 1e-4)
+    # all 16 a prompt behind share one pass, 254 rows past the 2: 25.4 ms for the step, not 16 times that
+    assert wall([256] * 16) == pytest.approx(254 * 1e-4)
+    # a short catch-up shares the caught-up requests' pass, which it pads: 8 rows past the 2, 0.8 ms
+    assert wall([10] + [2] * 15) == pytest.approx(8 * 1e-4)
+    # two long ones of one size class share a pass padded to the longer, paid in proportion (they share it)
+    assert wall([200, 150] + [2] * 14) == pytest.approx(198 * 1e-4)
+
+
 def test_ties_go_to_the_smaller_depth():
     # k = 0: 1 token / 0.5 s = 2 tok/s, 1 token / 1 J. k = 1 at p = 0.5: 1.5 / 0.75 s = 2 tok/s and
     # 1.5 / 1.5 J = 1 tok/J: an exact tie (binary fractions) in both, so k = 0.

@@ -13,7 +13,8 @@ expectation comes from the calibration's carry-over of its previous step's first
 
 Catching up: a cell's draft_s is a draft after a drafting step. A sequence whose MTP block is
 further behind (a request that never drafted is a whole prompt behind) first catches up on those
-rows, at the cell's catchup_s per row when the table measured it. That is paid once, for every
+rows, at the catchup_s per row of its catch-up pass's width when the table measured it (the runner
+groups catch-ups into passes: met.speculative.catchup). That is paid once, for every
 later step of the request that drafts, so the planner spreads it over the steps the request has
 left at that depth (`remaining` tokens over the tokens a step is expected to emit): a request
 near its end does not start drafting for a gain it cannot collect. Worked example: one sequence
@@ -30,6 +31,7 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from met.speculative.catchup import catchup_groups
 from met.speculative.spec_cost.calibration import AcceptanceCalibration
 from met.speculative.spec_cost.table import CostTable
 
@@ -112,13 +114,14 @@ def estimate_depths(table: CostTable, calibration: AcceptanceCalibration, width:
     spent = table.cell(width, drafted)
     # the most rows any sequence is behind, when this plan prices catch-ups (k + 1 rows cost nothing extra)
     furthest = max(behind) if drafted == 0 and behind is not None and remaining is not None else 0
+    passes = catchup_groups(list(behind)) if furthest > 2 else []  # as the runner will run them
     estimates = []
     for k, tokens in enumerate(tokens_at):
         cell = table.cell(width, k)
         drafts = cell if k >= drafted else spent
         wall = cell.verify_s + drafts.draft_s
         if furthest > k + 1 and k and cell.catchup_s:
-            wall += _catch_up_share(cell.catchup_s, width, behind, remaining, [1.0 + a[k] for a in per_seq], k)
+            wall += _catch_up_share(table, k, passes, behind, remaining, [1.0 + a[k] for a in per_seq])
         energy = None if cell.verify_j is None else cell.verify_j + drafts.draft_j
         estimates.append(DepthEstimate(k, tokens, wall, energy, tokens / wall,
                                        None if energy is None else tokens / energy))
@@ -162,16 +165,25 @@ def plan_depth(table: CostTable, calibration: AcceptanceCalibration, width: int,
     return choose(estimates, slack)
 
 
-def _catch_up_share(catchup_s: float, width: int, behind: Sequence[int], remaining: Sequence[int],
-                    emitted: Sequence[float], k: int) -> float:
+def _catch_up_share(table: CostTable, k: int, passes: Sequence[Sequence[int]], behind: Sequence[int],
+                    remaining: Sequence[int], emitted: Sequence[float]) -> float:
     """This step's share of the catch-ups it starts: each sequence's, spread over its steps left at depth k.
 
-    A sequence's rows beyond the k + 1 a drafting step leaves (draft_s covers those) cost
-    catchup_s / width each: the cell's catchup_s is per row of every sequence of the step.
+    The runner catches up in `passes` (`catchup_groups`); a pass of m sequences whose longest is L
+    rows behind costs the catchup_s of width m per row (a cell's catchup_s is per row of every
+    sequence), all padded to L. The k + 1 rows a drafting step leaves are in draft_s; the L - (k + 1)
+    beyond them are paid by the pass's sequences that are further behind, in proportion to their
+    rows past k + 1. Priced by its own pass, a sequence caught up alone pays width 1's cost: on a
+    GPU, where a pass of one costs about what a pass of sixteen does, sixteen times its share of a
+    full pass.
     """
     share = 0.0
-    for rows, left, tokens in zip(behind, remaining, emitted):
-        extra = rows - (k + 1)
-        if extra > 0:
-            share += catchup_s * extra / width / max(1.0, left / tokens)
+    for members in passes:
+        extra = {i: behind[i] - (k + 1) for i in members if behind[i] > k + 1}
+        if not extra:
+            continue
+        pass_s = (table.cell(len(members), k).catchup_s or 0.0) * max(extra.values())
+        total = sum(extra.values())
+        for i, rows in extra.items():
+            share += pass_s * rows / total / max(1.0, remaining[i] / emitted[i])
     return share
