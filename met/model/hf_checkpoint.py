@@ -1,5 +1,6 @@
 """A local Hugging Face checkpoint folder as a recipe: its safetensors files, their digest, and loading them."""
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -8,6 +9,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
+from met.model.config import ModelConfig
 from met.model.digest_cache import cached_digest
 from met.model.hf_config import CheckpointError, read_hf_config
 from met.model.kv_cache import PAD_ROOM
@@ -48,6 +50,17 @@ def files_digest(files: list[Path]) -> str:
     return h.hexdigest()[:16]
 
 
+def recipe_digest(weights_digest: str, config: ModelConfig) -> str:
+    """sha256 (16 hex) over the weights' digest and the config met runs them under: what the recipe id names.
+
+    The config is met's reading of config.json (shape, RoPE, norms, tie), so editing a field that
+    changes what the weights compute (rope_theta, say) changes the recipe, and a calibration fitted
+    on the model before is refused; a field met does not read (transformers_version) changes nothing.
+    """
+    text = json.dumps(dataclasses.asdict(config), sort_keys=True)
+    return hashlib.sha256(f"{weights_digest}\0{text}".encode()).hexdigest()[:16]
+
+
 def model_name(folder: Path, hub_id: str | None = None) -> str:
     """What tables and lookup scopes call the folder's model: the hub model's name, else the folder's, file-safe."""
     name = hub_id.rsplit("/", 1)[1] if hub_id else folder.resolve().name
@@ -62,14 +75,15 @@ def checkpoint_name(folder: Path) -> str:
 
 
 def hf_recipe(folder: Path) -> Recipe:
-    """The recipe of a checkpoint folder: its model name, config and the digest of its weights."""
+    """The recipe of a checkpoint folder: its model name, config and the digest of its weights and config."""
     folder = folder.resolve()
     hf = read_hf_config(folder)
     files = weight_files(folder)
     name = model_name(folder, hf.hub_id)
     card = {"source": "hf", "folder": str(folder), "architecture": hf.architecture, "hub_id": hf.hub_id,
             "files": [f.name for f in files], "eos_ids": list(hf.eos_ids)}
-    return Recipe(name, hf.config, folder, cached_digest(folder, files, files_digest), card, source="hf")
+    digest = recipe_digest(cached_digest(folder, files, files_digest), hf.config)
+    return Recipe(name, hf.config, folder, digest, card, source="hf")
 
 
 def load_hf(recipe: Recipe, dtype: torch.dtype = torch.float32, device: str = "cpu") -> Transformer:

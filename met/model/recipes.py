@@ -33,7 +33,7 @@ class Recipe:
     name: str
     config: ModelConfig
     weights: Path  # the safetensors file; for a checkpoint folder, the folder
-    digest: str  # file_digest of weights, as recorded in the model card (a folder: over its safetensors files)
+    digest: str  # file_digest of weights, as recorded in the model card (a folder: its safetensors files and config)
     card: dict
     source: str = "embedded"  # "embedded": shipped in the package; "hf": a local Hugging Face checkpoint folder
 

@@ -74,6 +74,18 @@ def test_recipe_is_the_folder_name_and_a_digest_of_its_weights(tmp_path):
     assert b.name == "two" and b.digest != a.digest and a.source == "hf"
 
 
+def test_a_config_edit_that_changes_the_model_changes_the_recipe(tmp_path):
+    # same weights under another rms_norm_eps compute another model: another digest (a calibration fitted
+    # on the first is refused); a field met does not read keeps it
+    checkpoint(tmp_path / "one")
+    before = hf_recipe(tmp_path / "one")
+    _edit_config(tmp_path / "one", transformers_version="9.9.9")
+    assert hf_recipe(tmp_path / "one").id == before.id
+    _edit_config(tmp_path / "one", rms_norm_eps=0.5)
+    after = hf_recipe(tmp_path / "one")
+    assert after.config.norm_eps == 0.5 and after.name == before.name and after.digest != before.digest
+
+
 def test_hub_name_in_config_names_the_recipe(tmp_path):
     # `_name_or_path` of a hub model (org/name) names the recipe by its model name; a local path does not
     checkpoint(tmp_path / "snap")
