@@ -1,4 +1,6 @@
-"""The acceptance rules of a verify step: greedy prefix match and lossless speculative sampling."""
+"""The acceptance rules of a verify step: greedy prefix match, lossless speculative sampling, seeded picks."""
+
+import hashlib
 
 import torch
 
@@ -55,3 +57,22 @@ def target_distribution(logits: torch.Tensor, temperature: float, top_p: float) 
     sorted_p = sorted_p * keep
     out = torch.zeros_like(probs).scatter(-1, order, sorted_p)
     return out / out.sum(-1, keepdim=True)
+
+
+def position_noise(seed: int, position: int, vocab: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Gumbel noise [vocab] for the token at `position` of a request seeded `seed`: the same wherever it is drawn.
+
+    A seeded request picks every token as argmax(log p + noise) (`seeded_pick`), which is a sample
+    of p; the noise depends on the seed and the token's position alone, so the drafter's pick,
+    the verifier's and plain decoding's coincide, and the request's text is the same under every
+    policy, depth and batch width.
+    """
+    key = hashlib.blake2b(f"{seed}:{position}".encode(), digest_size=8).digest()
+    gen = torch.Generator().manual_seed(int.from_bytes(key, "little") >> 1)
+    u = torch.rand(vocab, generator=gen, dtype=torch.float64)
+    return (-torch.log(-torch.log(u))).to(device)  # u = 0 gives -inf: never picked
+
+
+def seeded_pick(probs: torch.Tensor, noise: torch.Tensor) -> list[int]:
+    """argmax(log p + noise) per row of probs [..., V] (Gumbel-max: distributed as p; p = 0 is never picked)."""
+    return (probs.double().log() + noise).argmax(-1).reshape(-1).tolist()

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from met.engine.accept import greedy_accept, speculative_accept, target_distribution
+from met.engine.accept import greedy_accept, position_noise, seeded_pick, speculative_accept, target_distribution
 from met.model.dflash import DflashDrafter
 from met.model.kv_cache import KVCache
 from met.model.transformer import CacheContext, Transformer
@@ -32,6 +32,11 @@ class Sampling:
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
+    @property
+    def seeded(self) -> bool:
+        """Sampled with a seed: every token is picked with its position's noise (accept.position_noise)."""
+        return self.seed is not None and not self.greedy
+
 
 @dataclass(slots=True)
 class Draft:
@@ -55,7 +60,7 @@ class VerifyResult:
 class _Seq:
     pending: int  # last emitted token, not yet in the KV cache
     sampling: Sampling
-    generator: torch.Generator | None
+    generator: torch.Generator | None  # an unseeded sampled sequence's; None: greedy or seeded (picks by position)
     catchup_h: list[torch.Tensor] = field(default_factory=list)  # main hidden rows the MTP block has not seen
     catchup_tok: list[int] = field(default_factory=list)  # the token after each of those rows
     last_h: torch.Tensor | None = None  # [dim] main hidden that predicted `pending` (kept for a DFlash drafter)
@@ -152,10 +157,8 @@ class ModelRunner:
         logits = self.model.logits_cached(last)  # [B, V]
         firsts = []
         for i, (slot, sampling) in enumerate(zip(slots, samplings)):
-            gen = None
-            if not sampling.greedy:
-                gen = torch.Generator().manual_seed(sampling.seed if sampling.seed is not None else torch.seed())
-            first = self._pick(logits[i], sampling, gen)
+            gen = None if sampling.greedy or sampling.seeded else torch.Generator().manual_seed(torch.seed())
+            first = self._pick(logits[i], sampling, gen, lens[i])
             seq = _Seq(first, sampling, gen)
             if self.track_mtp:
                 seq.catchup_h = list(h[i, : lens[i]])
@@ -168,10 +171,13 @@ class ModelRunner:
             firsts.append(first)
         return firsts
 
-    def _pick(self, logits: torch.Tensor, sampling: Sampling, gen: torch.Generator | None) -> int:
+    def _pick(self, logits: torch.Tensor, sampling: Sampling, gen: torch.Generator | None, position: int) -> int:
+        """The token at `position` from its logits [V]: greedy, seeded (by position), or from the generator."""
         if sampling.greedy:
             return int(logits.argmax())
         probs = target_distribution(logits, sampling.temperature, sampling.top_p)
+        if sampling.seeded:
+            return seeded_pick(probs, position_noise(sampling.seed, position, probs.shape[-1], probs.device))[0]
         return int(torch.multinomial(probs, 1, generator=gen))
 
     # --- drafting ------------------------------------------------------------------------------
@@ -224,6 +230,8 @@ class ModelRunner:
                 seq = seqs[row]
                 if seq.sampling.greedy:
                     d.tokens.append(tok_list[b])
+                elif seq.sampling.seeded:  # the position's noise, as the verify will pick: no q needed
+                    d.tokens.append(self._pick(logits[b], seq.sampling, None, self.cache.lengths[act_slots[row]] + j))
                 else:
                     q = target_distribution(logits[b], seq.sampling.temperature, seq.sampling.top_p)
                     d.tokens.append(int(torch.multinomial(q, 1, generator=seq.generator)))
@@ -284,6 +292,9 @@ class ModelRunner:
             d.confidences = conf_rows[b][:g]
             if seq.sampling.greedy:
                 d.tokens = tok_rows[b][:g]
+            elif seq.sampling.seeded:  # each position by its noise, as the verify will pick
+                first = self.cache.lengths[slots[i]] + 1
+                d.tokens = [self._pick(logits[b, j], seq.sampling, None, first + j) for j in range(g)]
             else:  # each position sampled from its own marginal: a valid q for lossless speculative sampling
                 d.q = target_distribution(logits[b, :g], seq.sampling.temperature, seq.sampling.top_p)  # [g, V]
                 d.tokens = torch.multinomial(d.q, 1, generator=seq.generator)[:, 0].tolist()
@@ -296,7 +307,8 @@ class ModelRunner:
         """Score [pending, drafts...] of every sequence in one forward; accept, emit, roll back the rest.
 
         A sequence with no drafts takes a plain decode step. Greedy sequences accept the longest
-        prefix equal to the target's argmax; sampled ones use lossless speculative sampling.
+        prefix equal to the target's argmax; seeded ones the prefix equal to their picks by position (the
+        tokens plain decoding picks); other sampled ones use lossless speculative sampling.
         """
         n = len(slots)
         ks = [len(d.tokens) for d in drafts]
@@ -320,6 +332,11 @@ class ModelRunner:
             seq = self.seqs[slot]
             if seq.sampling.greedy:
                 a, nxt = greedy_accept(d.tokens, greedy_rows[i])
+            elif seq.sampling.seeded:  # each row's pick by its position's noise: the tokens plain decoding picks
+                p = target_distribution(logits[i, : ks[i] + 1], seq.sampling.temperature, seq.sampling.top_p)
+                noise = torch.stack([position_noise(seq.sampling.seed, int(base[i]) + 1 + j, p.shape[-1], p.device)
+                                     for j in range(ks[i] + 1)])
+                a, nxt = greedy_accept(d.tokens, seeded_pick(p, noise))
             else:
                 p = target_distribution(logits[i, : ks[i] + 1], seq.sampling.temperature, seq.sampling.top_p)
                 a, nxt = speculative_accept(d.tokens, d.q, p, seq.generator)

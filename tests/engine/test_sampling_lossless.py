@@ -21,6 +21,7 @@ of 0.3, at which each next token depends on more than the one before it (at 0.3 
 and a draft or row taken one position off changes almost nothing).
 """
 
+import dataclasses
 import itertools
 import math
 from collections import Counter
@@ -167,11 +168,18 @@ def test_g_statistic_pools_rare_outcomes_and_is_zero_on_the_law_itself():
         g_statistic(Counter({(3,): 1}), law, 1)
 
 
+@pytest.mark.parametrize("seeded", [False, True], ids=["generator", "seed"])
 @pytest.mark.parametrize("spec", ["off", "mtp", "prompt-lookup", "dflash"])
-def test_speculative_sampling_is_distributed_as_plain_sampling(target, law, spec, monkeypatch):
-    # the first L tokens of N seeded sequences follow the exact law, and the drafter's drafts were both kept and refused
+def test_speculative_sampling_is_distributed_as_plain_sampling(target, law, spec, seeded, monkeypatch):
+    # the first L tokens of N sequences follow the exact law, and the drafter's drafts were both kept and refused;
+    # "generator": each sequence draws from its own torch generator (the rule of a request without a seed);
+    # "seed": sequence i has seed i and picks every token by its position's noise (accept.position_noise)
     drafter = random_dflash(target) if spec == "dflash" else None
     runner = ModelRunner(target, N, max_len=len(PROMPT) + L + 1, dflash=drafter)
+    if seeded:
+        prefill = runner.prefill
+        monkeypatch.setattr(runner, "prefill", lambda slots, prompts, samplings: prefill(
+            slots, prompts, [dataclasses.replace(s, seed=i) for i, s in enumerate(samplings)]))
     # DEPTH drafts at any batch width (the default rung drafts 1 past a width of 16)
     rung = DflashRung(DflashParams(tiers=(), wide_gamma=DEPTH, single_levels=(DEPTH,), up=())) if drafter else None
     counts, (proposed, accepted, full) = sample_first_tokens(runner, spec, N, monkeypatch, rung=rung)
