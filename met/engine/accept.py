@@ -65,12 +65,13 @@ def position_noise(seed: int, position: int, vocab: int, device: torch.device | 
     A seeded request picks every token as argmax(log p + noise) (`seeded_pick`), which is a sample
     of p; the noise depends on the seed and the token's position alone, so the drafter's pick,
     the verifier's and plain decoding's coincide, and the request's text is the same under every
-    policy, depth and batch width.
+    policy, depth and batch width. The noise is drawn on the logits' device by its own generator
+    (no vocabulary-sized copy from the host per token), so a CPU and a GPU draw different noise.
     """
     key = hashlib.blake2b(f"{seed}:{position}".encode(), digest_size=8).digest()
-    gen = torch.Generator().manual_seed(int.from_bytes(key, "little") >> 1)
-    u = torch.rand(vocab, generator=gen, dtype=torch.float64)
-    return (-torch.log(-torch.log(u))).to(device)  # u = 0 gives -inf: never picked
+    gen = torch.Generator(device=device).manual_seed(int.from_bytes(key, "little") >> 1)  # drawn where it is used
+    u = torch.rand(vocab, generator=gen, dtype=torch.float64, device=device)
+    return -torch.log(-torch.log(u))  # u = 0 gives -inf: never picked
 
 
 def seeded_pick(probs: torch.Tensor, noise: torch.Tensor) -> list[int]:

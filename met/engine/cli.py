@@ -70,7 +70,8 @@ def generate(
     batch: Annotated[int, typer.Option(min=1, max=MAX_BATCH, help="Prompts run together (width).")] = 1,
     temperature: Annotated[float, typer.Option(min=0.0, max=MAX_TEMPERATURE, help="0 is greedy.")] = 0.0,
     top_p: Annotated[float, typer.Option(min=0.0, max=1.0, help="Nucleus sampling mass, above 0.")] = 1.0,
-    seed: Annotated[int, typer.Option(min=-(1 << 63), max=(1 << 64) - 1, help="Sampling seed.")] = 0,
+    seed: Annotated[int, typer.Option(min=-(1 << 63), max=(1 << 64) - 1,
+                                      help="Sampling seed: the same text under every --spec, depth and --batch.")] = 0,
     model: Annotated[str, typer.Option(
         "--model", "--recipe", help="Embedded recipe name, or a Hugging Face checkpoint folder (Llama, Qwen2).",
     )] = DEFAULT_RECIPE,
