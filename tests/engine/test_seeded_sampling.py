@@ -56,3 +56,16 @@ def test_seeded_picks_follow_p_and_never_take_a_token_p_excludes():
     counts = [picks.count(x) / len(picks) for x in range(4)]
     assert counts[3] == 0 and all(abs(c - px) < 0.015 for c, px in zip(counts, p.tolist()))  # 5 standard errors
     assert position_noise(5, 7, 4).tolist() == position_noise(5, 7, 4).tolist() != position_noise(6, 7, 4).tolist()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_seeded_request_repeats_on_a_gpu(model):
+    # the noise is drawn on the GPU by its own generator: the text still repeats under every drafter and width
+    gpu = model.to("cuda")
+    try:
+        reference, _, _ = _run(gpu, "off", 1)
+        for spec, width, depth in [("mtp", 3, 3), ("prompt-lookup", 3, 4)]:
+            assert _run(gpu, spec, width, depth)[0] == reference, spec
+    finally:
+        model.to("cpu")
