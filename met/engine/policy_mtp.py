@@ -27,11 +27,14 @@ replans still choose how many more): the drafts' confidences are what the next p
 is dear: its MTP pass first catches up on every row of the plain steps before it (at width 16 after
 16 plain steps, 3.2x a draft after a drafting step: benchmarks/mtp_catchup.py). So a probe the next
 plan does not follow with drafts of its own doubles the run of plain steps before the next probe,
-up to PROBE_AFTER_MAX; a step that drafts by plan sets it back to PROBE_AFTER. And a probe leaves
-out a sequence whose MTP block is more than PROBE_AFTER_MAX + 1 rows behind: one that never drafted,
-whose catch-up is its whole prompt (width 16, 200-token prompts: 66 ms, ten plain steps;
-benchmarks/mtp_catchup.py), where the priors, the calibration's average for such text, already
-chose plain decode.
+up to PROBE_AFTER_MAX; a step that drafts by plan sets it back to PROBE_AFTER. A sequence whose MTP
+block is more than PROBE_AFTER_MAX + 1 rows behind (one that never drafted, whose catch-up is its
+whole prompt: width 16, 200-token prompts, 66 ms, ten plain steps; benchmarks/mtp_catchup.py) is
+probed only where that pays (plan.probe_pays): drafting in the steps whose carry-over favours it,
+at the share of step time the calibration's carry-over bins say that saves, over the tokens the
+sequence has left, must save more than its catch-up costs. Without that, a request whose first
+plan chose plain decode (the priors, the calibration's average, a little short) never drafted,
+however predictable its text.
 
 Fixed depth (`met bench policies`' baselines): the same k every step, no gate; the capacity clamp
 still applies, so the default pools verify one draft at widths 9..=16 whatever k is.
@@ -122,8 +125,10 @@ class MtpPlannedPolicy:
         self.probing = decision.k == 0 and kmax > 0 and self.plain_steps >= self.probe_after
         # A drafting step may go as deep as kmax: the plans made while drafting decide where it stops.
         depths, clamp = clamp_depths(kmax if decision.k or self.probing else 0, runner, seqs, self.pools)
-        if self.probing:
-            depths = tuple(d if runner.mtp_behind(s.slot) <= PROBE_BEHIND_MAX else 0 for d, s in zip(depths, seqs))
+        if self.probing:  # a sequence far behind only where drafting could repay its catch-up
+            behind = [runner.mtp_behind(s.slot) for s in seqs]
+            pays = self.state.probe_pays(width, kmax, behind, [s.remaining for s in seqs])
+            depths = tuple(d if b <= PROBE_BEHIND_MAX or ok else 0 for d, b, ok in zip(depths, behind, pays))
             self.probing = any(depths)
         why = decision.why if not self.probing else f"probe after {self.plain_steps} plain steps ({decision.why})"
         self.plain_steps = 0 if any(depths) else self.plain_steps + 1

@@ -233,19 +233,28 @@ def test_measured_planner_backs_off_probes_that_find_nothing_and_resets_when_it_
     assert [pl.mode for pl in plans] == ["plain"] * PROBE_AFTER + ["mtp"]
 
 
-def test_measured_planner_probe_leaves_out_sequences_whose_mtp_block_is_a_prompt_behind():
-    # two sequences that drafted before (a plain run behind) and one just prefilled (a prompt behind)
-    p = MtpPlannedPolicy(_state(), 4, DEFAULT_POOLS)
-    behind = {0: PROBE_AFTER + 1, 1: PROBE_BEHIND_MAX, 2: PROBE_BEHIND_MAX + 1}
+def test_measured_planner_probes_a_sequence_a_prompt_behind_only_where_its_catch_up_pays():
+    # _state's calibration: 60% of steps follow a sure first draft (0.95 at every position), where depth 4
+    # costs 22 ms / 4.52 tokens, 0.514 below plain's 10 ms a token; the rest never gain: a saving of
+    # 0.6 x 0.514 = 0.308 of the step time, 0.308 s over 100 tokens left. A prompt 256 rows behind costs
+    # 0.512 s to catch up at 2 ms a row (no probe), 0.256 s at 1 ms (a probe)
+    behind = {0: PROBE_AFTER + 1, 1: PROBE_BEHIND_MAX, 2: 256}
     runner = SimpleNamespace(length=lambda slot: 10, max_len=128, mtp_behind=behind.get)
     unsure = _seqs(3, confidences=[-5.0] * 4)
+    p = MtpPlannedPolicy(_state(catchup_s=2e-3), 4, DEFAULT_POOLS)
     plans = [p.plan(runner, unsure) for _ in range(PROBE_AFTER + 1)]
-    assert plans[-1].mode == "mtp" and plans[-1].depths == (4, 4, 0)
-    # when every sequence is a prompt behind there is no probe: the step decodes plainly
-    p = MtpPlannedPolicy(_state(), 4, DEFAULT_POOLS)
-    fresh = _runner(behind=256)
-    assert all(p.plan(fresh, unsure).mode == "plain" for _ in range(3 * PROBE_AFTER))
+    assert plans[-1].mode == "mtp" and plans[-1].depths == (4, 4, 0)  # drafted before: probed whatever the cost
+    alone = _seqs(1, confidences=[-5.0] * 4)
+    p = MtpPlannedPolicy(_state(catchup_s=2e-3), 4, DEFAULT_POOLS)
+    assert all(p.plan(_runner(behind=256), alone).mode == "plain" for _ in range(3 * PROBE_AFTER))
     assert not p.probing and p.plain_steps == 3 * PROBE_AFTER
+    p = MtpPlannedPolicy(_state(catchup_s=1e-3), 4, DEFAULT_POOLS)
+    plans = [p.plan(_runner(behind=256), alone) for _ in range(PROBE_AFTER + 1)]
+    assert [pl.mode for pl in plans] == ["plain"] * PROBE_AFTER + ["mtp"] and plans[-1].depths == (4,)
+    # no carry-over: the priors' one answer, 0.5 a position: depth 1 saves 1 - 13 / 15 = 0.133 of the step,
+    # 0.133 s over 100 tokens, short of the 0.256 s catch-up: no probe
+    p = MtpPlannedPolicy(_state(carryover=[], catchup_s=1e-3), 4, DEFAULT_POOLS)
+    assert all(p.plan(_runner(behind=256), alone).mode == "plain" for _ in range(3 * PROBE_AFTER))
 
 
 def test_measured_planner_kmax_respects_the_wide_tier_pool():

@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from met.speculative.spec_cost import AcceptanceCalibration, Cell, CostTable, DrafterKey, TableKey
-from met.speculative.spec_cost.plan import choose, estimate_depths, plan_depth
+from met.speculative.spec_cost import (AcceptanceCalibration, CarryBin, Cell, CostTable, DrafterKey, PositionPrior,
+                                       TableKey)
+from met.speculative.spec_cost.plan import choose, drafting_saving, estimate_depths, plan_depth, probe_pays
 
 MTP = DrafterKey("mtp", "met-tiny-py-mtp", "abc")
 METERED = TableKey("nvidia-h200x1", "met-tiny-py@abc", "nvml", {"decode": "d", "verify": "v", "draft_mtp": "m"})
@@ -128,6 +129,21 @@ def test_a_catch_up_is_priced_by_the_pass_the_runner_runs_it_in():
     assert wall([10] + [2] * 15) == pytest.approx(8 * 1e-4)
     # two long ones of one size class share a pass padded to the longer, paid in proportion (they share it)
     assert wall([200, 150] + [2] * 14) == pytest.approx(198 * 1e-4)
+
+
+def test_drafting_saving_drafts_only_in_the_carry_over_bins_where_it_pays():
+    # HAND at width 1: plain 10 ms a token. After an unsure first draft (200 judged) the next drafts are
+    # accepted 0.05 of the time: no depth beats plain. After a sure one (300 judged), 0.9 at every
+    # position: depth 3 costs 19 ms for 1 + 0.9 + 0.81 + 0.729 = 3.439 tokens, 5.525 ms a token, the
+    # fastest: a saving of 0.6 x (1 - 0.5525) = 0.2685 of the step time
+    t = CostTable(METERED, [Cell(1, k, *row, catchup_s=1e-4 if k else None) for k, row in enumerate(HAND)])
+    cal = AcceptanceCalibration(MTP, 0.5, 2000, (), [PositionPrior(1, 0.5, 500)], {},
+                                [CarryBin(-2.0, (0.05,) * 3, (200,) * 3), CarryBin(0.0, (0.9,) * 3, (300,) * 3)])
+    assert drafting_saving(t, cal, 1, 3) == pytest.approx(0.6 * (1 - 0.019 / 3.439 / 0.010))
+    # 100 tokens left save 0.2685 s; 254 rows behind at 0.1 ms cost 25.4 ms: pays; 3,000 rows, 0.3 s: not
+    assert probe_pays(t, cal, 1, 3, [254], [100]) == [True]
+    assert probe_pays(t, cal, 1, 3, [3000], [100]) == [False]
+    assert probe_pays(t, cal, 1, 0, [254], [100]) == [False]  # nothing to draft with
 
 
 def test_ties_go_to_the_smaller_depth():

@@ -165,6 +165,52 @@ def plan_depth(table: CostTable, calibration: AcceptanceCalibration, width: int,
     return choose(estimates, slack)
 
 
+def drafting_saving(table: CostTable, calibration: AcceptanceCalibration, width: int, kmax: int) -> float:
+    """The share of plain decoding's step time that being able to draft saves per step, at this width.
+
+    The steps after a first draft of some confidence (a carry-over bin, weighted by the first drafts
+    the calibration judged in it) draft at their fastest depth where that beats plain decode and
+    decode plainly where not: the value of a drafting MTP block, which a sequence that never drafted
+    buys by catching it up. By tokens/s; a calibration without carry-over answers with its priors.
+    Example: half the steps in a bin where drafting runs 1.25x plain decode, half where it loses:
+    0.5 x (1 - 1 / 1.25) = 0.1.
+    """
+    if kmax < 1:
+        return 0.0
+    plain = table.cell(width, 0).verify_s
+    bins = [(b.outcomes[0], b.upper) for b in calibration.carryover] or [(1, None)]
+    total = sum(weight for weight, _ in bins)
+    saving = 0.0
+    for weight, previous in bins:
+        accepted = calibration.expected_accepted_by_depth((), kmax, previous)
+        best = min(((c := table.cell(width, k)).verify_s + c.draft_s) / (1.0 + accepted[k])
+                   for k in range(1, kmax + 1))  # seconds per sequence-token, at width tokens per step
+        saving += weight / total * max(0.0, 1.0 - best / plain)
+    return saving
+
+
+def probe_pays(table: CostTable, calibration: AcceptanceCalibration, width: int, kmax: int,
+               behind: Sequence[int], remaining: Sequence[int], saving: float | None = None) -> list[bool]:
+    """Per sequence: whether drafting's expected saving over the tokens it has left repays its catch-up.
+
+    The saving: `drafting_saving` of the plain step time those tokens would take (this sequence's
+    share of the step: 1 / width). The cost: catching its MTP block up on the rows it is behind, in
+    the pass the runner would run it in (`_catch_up_share`'s pricing, paid at once). A sequence
+    that never drafted (a whole prompt behind) under a table without catch-up costs always pays.
+    Example: width 1, plain step 2 ms, saving 0.05, 100 tokens left: 10 ms, against 256 rows at
+    20 us: 5.12 ms: it pays. `saving`: drafting_saving's answer for this width and kmax, if known.
+    """
+    if saving is None:
+        saving = drafting_saving(table, calibration, width, kmax)
+    per_token = saving * table.cell(width, 0).verify_s / width  # 0 without drafts (kmax 0): never pays
+    cost = [0.0] * width
+    for members in catchup_groups(list(behind)):
+        per_row = (table.cell(len(members), 1).catchup_s or 0.0) / len(members)
+        for i in members:
+            cost[i] = per_row * behind[i]
+    return [per_token * left > paid for left, paid in zip(remaining, cost)]
+
+
 def _catch_up_share(table: CostTable, k: int, passes: Sequence[Sequence[int]], behind: Sequence[int],
                     remaining: Sequence[int], emitted: Sequence[float]) -> float:
     """This step's share of the catch-ups it starts: each sequence's, spread over its steps left at depth k.

@@ -1,12 +1,12 @@
 """--spec-cost-model measured's resolved state: a table and calibration that matched the serve's keys."""
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from met.speculative.spec_cost.calibration import AcceptanceCalibration
 from met.speculative.spec_cost.errors import KeyMismatchError
 from met.speculative.spec_cost.keys import DrafterKey, DrafterMismatch, TableKey
-from met.speculative.spec_cost.plan import PlanDecision, plan_depth
+from met.speculative.spec_cost.plan import PlanDecision, drafting_saving, plan_depth, probe_pays
 from met.speculative.spec_cost.table import CostTable
 
 
@@ -24,6 +24,7 @@ class SpecCostState:
     slack: float
     serve_key: TableKey
     serve_drafter: DrafterKey
+    _savings: dict[tuple[int, int], float] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         mismatches = self.table.key.check(self.serve_key)
@@ -40,3 +41,14 @@ class SpecCostState:
         """The draft depth for a step of `width` sequences at this state's slack (the rest: plan_depth's)."""
         return plan_depth(self.table, self.calibration, width, confidences, self.slack, kmax, drafted, previous,
                           behind, remaining)
+
+    def probe_pays(self, width: int, kmax: int, behind: Sequence[int], remaining: Sequence[int]) -> list[bool]:
+        """Per sequence: whether drafting's expected saving over its tokens left repays its catch-up (plan.probe_pays).
+
+        The saving depends on the width and kmax alone: worked out once for each (a step that finds no
+        probe worth it asks again on every plain step after).
+        """
+        saving = self._savings.get((width, kmax))
+        if saving is None:
+            saving = self._savings[width, kmax] = drafting_saving(self.table, self.calibration, width, kmax)
+        return probe_pays(self.table, self.calibration, width, kmax, behind, remaining, saving)
