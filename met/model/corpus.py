@@ -1,8 +1,8 @@
 """The training corpus: the running interpreter's standard-library source, split by file."""
 
 import hashlib
-from collections.abc import Collection, Iterable, Iterator
 import sysconfig
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
