@@ -195,14 +195,17 @@ def probe_pays(table: CostTable, calibration: AcceptanceCalibration, width: int,
 
     The saving: `drafting_saving` of the plain step time those tokens would take (this sequence's
     share of the step: 1 / width). The cost: catching its MTP block up on the rows it is behind, in
-    the pass the runner would run it in (`_catch_up_share`'s pricing, paid at once). A sequence
-    that never drafted (a whole prompt behind) under a table without catch-up costs always pays.
+    the pass the runner would run it in (a pass of m sequences costs the catchup_s of width m per
+    row, a sequence's share 1 / m of it), paid at once. Under a table without catch-up costs a
+    sequence pays whenever drafting saves anything.
     Example: width 1, plain step 2 ms, saving 0.05, 100 tokens left: 10 ms, against 256 rows at
     20 us: 5.12 ms: it pays. `saving`: drafting_saving's answer for this width and kmax, if known.
     """
     if saving is None:
         saving = drafting_saving(table, calibration, width, kmax)
-    per_token = saving * table.cell(width, 0).verify_s / width  # 0 without drafts (kmax 0): never pays
+    if saving <= 0.0:  # drafting never pays here (or there is nothing to draft with: kmax 0)
+        return [False] * width
+    per_token = saving * table.cell(width, 0).verify_s / width
     cost = [0.0] * width
     for members in catchup_groups(list(behind)):
         per_row = (table.cell(len(members), 1).catchup_s or 0.0) / len(members)
