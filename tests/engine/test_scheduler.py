@@ -203,6 +203,19 @@ def test_sampling_is_served_and_seeded(model):
     assert out[0][0] == out[1][0] and out[0][1].completion_tokens == 16
 
 
+@pytest.mark.parametrize("spec", ["mtp", "ngram", "prompt-lookup"])
+def test_a_seeded_request_is_served_the_text_it_gets_alone_without_speculation(model, spec):
+    # 12 sampled requests, each its own seed, through 4 slots under a drafting policy (widths 1..4, the
+    # shared lookup cache between them): each gets the text it gets alone with speculation off
+    prompts = _prompts(12, seed=3)
+    sampling = [Sampling(0.8, 0.95, seed=100 + i) for i in range(12)]
+    sched = Scheduler(ModelRunner(model, 4), build_policy(PolicyConfig(spec), model.cfg.mtp_depth), "micro@t")
+    out = _drive(sched, [Request(str(i), tuple(p), 24, s) for i, (p, s) in enumerate(zip(prompts, sampling))])
+    alone = [decode(generate(ModelRunner(model, 1), [p], 24, "off", sampling=s)[0].tokens)
+             for p, s in zip(prompts, sampling)]
+    assert [text for text, _ in out] == alone and sched.stats.proposed > 0
+
+
 @pytest.mark.parametrize("spec", ["off", "mtp"])
 def test_a_tiny_temperature_is_served_beside_a_greedy_request(model, spec):
     # "temperature": 5e-324 failed the prefill (1e-308 a later step) and every request in it with a 500
