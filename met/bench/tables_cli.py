@@ -36,7 +36,9 @@ CalibrationOpt = Annotated[
 ]
 DEFAULT_RECIPE = "met-tiny-py"  # met.model.recipes.DEFAULT_RECIPE, not imported: that module needs torch
 NoKeyOpt = Annotated[bool, typer.Option("--no-key", help="Check the file alone, not its key against this box.")]
-RecipeOpt = Annotated[str, typer.Option("--recipe", help="The recipe the key is compared with (embedded name).")]
+RecipeOpt = Annotated[str, typer.Option(
+    "--recipe", "--model", help="The recipe the key is compared with: an embedded recipe's name, or a Hugging Face "
+    "checkpoint folder (as met bench spec-cost --model).")]
 BoxClassOpt = Annotated[str | None, typer.Option(
     "--box-class", help="This box's class, if the table was measured with --box-class (default: derived).",
     show_default=False)]
@@ -142,10 +144,11 @@ def key_mismatches(parsed: CostTable | AcceptanceCalibration, recipe: str, box_c
     """How the file's key differs from what this box would measure or serve for `recipe` (one line each)."""
     # Not at the top: the key needs torch and the recipe, and `--no-key` (and `show`) need neither.
     from met.engine import identity
-    from met.model.recipes import RecipeError, embedded
+    from met.model.recipes import RecipeError
+    from met.model.sources import resolve
 
     try:
-        found = embedded(recipe)
+        found = resolve(recipe)  # an embedded name, or a checkpoint folder (its recipe covers weights and config.json)
     except RecipeError as exc:  # its status: 66 missing, 65 a damaged card (CheckpointError)
         raise Refusal(exc.status, f"cannot compare the key: {exc}; or pass --no-key to check the file alone") \
             from None
