@@ -115,8 +115,10 @@ class MtpPlannedPolicy:
     def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
         width = len(seqs)
         kmax = min(self.state.table.kmax, self.num_drafts, self.pools.max_drafts(width))
-        decision = self.state.plan(width, None, kmax, previous=_previous_firsts(seqs),
-                                   behind=[runner.mtp_behind(s.slot) for s in seqs],
+        room, _ = clamp_depths(kmax, runner, seqs, self.pools)
+        # a sequence the clamps leave no draft (its last token, no KV room) is not caught up: 0 rows to price
+        behind = [runner.mtp_behind(s.slot) if r else 0 for s, r in zip(seqs, room)]
+        decision = self.state.plan(width, None, kmax, previous=_previous_firsts(seqs), behind=behind,
                                    remaining=[s.remaining for s in seqs])
         if decision.k:
             self.probe_after = PROBE_AFTER
@@ -126,7 +128,6 @@ class MtpPlannedPolicy:
         # A drafting step may go as deep as kmax: the plans made while drafting decide where it stops.
         depths, clamp = clamp_depths(kmax if decision.k or self.probing else 0, runner, seqs, self.pools)
         if self.probing:  # a sequence far behind only where drafting could repay its catch-up
-            behind = [runner.mtp_behind(s.slot) for s in seqs]
             pays = self.state.probe_pays(width, kmax, behind, [s.remaining for s in seqs])
             depths = tuple(d if b <= PROBE_BEHIND_MAX or ok else 0 for d, b, ok in zip(depths, behind, pays))
             self.probing = any(depths)

@@ -86,7 +86,9 @@ def estimate_depths(table: CostTable, calibration: AcceptanceCalibration, width:
     `drafted`: drafts this step has already made (their draft cost counts at every depth).
     `behind[i]`, `remaining[i]`: rows sequence i's MTP block is behind and tokens it may still
     emit; with both, and a table that measured catchup_s, a first plan (drafted = 0) prices the
-    catch-up spread over the request's steps left (the module's docstring).
+    catch-up spread over the request's steps left (the module's docstring). A sequence 0 rows
+    behind is in no catch-up pass (the runner drafts for none such): pass 0 for one the step
+    will not draft for (its last token, no KV room), so its catch-up is not this step's cost.
     """
     if isinstance(width, bool) or not isinstance(width, int) or width < 1:
         raise ValueError(f"width {width!r} is not a positive whole number")
@@ -114,7 +116,7 @@ def estimate_depths(table: CostTable, calibration: AcceptanceCalibration, width:
     spent = table.cell(width, drafted)
     # the most rows any sequence is behind, when this plan prices catch-ups (k + 1 rows cost nothing extra)
     furthest = max(behind) if drafted == 0 and behind is not None and remaining is not None else 0
-    passes = catchup_groups(list(behind)) if furthest > 2 else []  # as the runner will run them
+    passes = _passes(behind, [b > 0 for b in behind]) if furthest > 2 else []  # as the runner will run them
     estimates = []
     for k, tokens in enumerate(tokens_at):
         cell = table.cell(width, k)
@@ -175,6 +177,7 @@ def drafting_saving(table: CostTable, calibration: AcceptanceCalibration, width:
     Example: half the steps in a bin where drafting runs 1.25x plain decode, half where it loses:
     0.5 x (1 - 1 / 1.25) = 0.1.
     """
+    kmax = min(kmax, table.kmax)  # as estimate_depths caps it
     if kmax < 1:
         return 0.0
     plain = table.cell(width, 0).verify_s
@@ -194,10 +197,14 @@ def probe_pays(table: CostTable, calibration: AcceptanceCalibration, width: int,
     """Per sequence: whether drafting's expected saving over the tokens it has left repays its catch-up.
 
     The saving: `drafting_saving` of the plain step time those tokens would take (this sequence's
-    share of the step: 1 / width). The cost: catching its MTP block up on the rows it is behind, in
-    the pass the runner would run it in (a pass of m sequences costs the catchup_s of width m per
-    row, a sequence's share 1 / m of it), paid at once. Under a table without catch-up costs a
-    sequence pays whenever drafting saves anything.
+    share of the step: 1 / width). The cost: its share of the catch-up pass the runner would run it
+    in, paid at once: the runner catches up only the sequences it drafts for, grouped by
+    `catchup_groups`, and a pass of m sequences padded to its longest, L rows, costs the catchup_s of
+    width m times L, shared in proportion to their rows. So the answer is consistent: starting from
+    every sequence that can draft (rows to catch up on, and a token left after a draft), those that
+    do not pay are dropped and the rest priced again in the passes they would then run in, until
+    every one left pays for its own pass. Under a table without catch-up costs a sequence pays
+    whenever drafting saves anything.
     Example: width 1, plain step 2 ms, saving 0.05, 100 tokens left: 10 ms, against 256 rows at
     20 us: 5.12 ms: it pays. `saving`: drafting_saving's answer for this width and kmax, if known.
     """
@@ -206,12 +213,24 @@ def probe_pays(table: CostTable, calibration: AcceptanceCalibration, width: int,
     if saving <= 0.0:  # drafting never pays here (or there is nothing to draft with: kmax 0)
         return [False] * width
     per_token = saving * table.cell(width, 0).verify_s / width
-    cost = [0.0] * width
-    for members in catchup_groups(list(behind)):
-        per_row = (table.cell(len(members), 1).catchup_s or 0.0) / len(members)
-        for i in members:
-            cost[i] = per_row * behind[i]
-    return [per_token * left > paid for left, paid in zip(remaining, cost)]
+    pays = [b > 0 and left > 1 for b, left in zip(behind, remaining)]  # one token left: the clamp leaves no draft
+    while True:  # each round only drops sequences: at most width + 1 rounds
+        cost = [0.0] * width
+        for members in _passes(behind, pays):
+            rows = [behind[i] for i in members]
+            pass_s = (table.cell(len(members), 1).catchup_s or 0.0) * max(rows)
+            for i in members:
+                cost[i] = pass_s * behind[i] / sum(rows)
+        kept = [ok and per_token * left > paid for ok, left, paid in zip(pays, remaining, cost)]
+        if kept == pays:
+            return pays
+        pays = kept
+
+
+def _passes(behind: Sequence[int], caught: Sequence[bool]) -> list[list[int]]:
+    """Indices of the sequences `caught` up, in the catch-up passes the runner would run them in (catchup_groups)."""
+    who = [i for i, c in enumerate(caught) if c]
+    return [[who[j] for j in group] for group in catchup_groups([behind[i] for i in who])]
 
 
 def _catch_up_share(table: CostTable, k: int, passes: Sequence[Sequence[int]], behind: Sequence[int],
