@@ -161,7 +161,8 @@ def spec_cost(
     file there that is no met table, or the table of another box class or model, is refused
     before measuring unless --replace is given. A checkpoint folder (--model PATH)
     has no MTP drafter: its table holds the plain decode cells (k = 0) of each width, its recipe
-    is the folder's model name and weights digest, and no calibration is written. --drafter
+    is the folder's model name and the digest of its weights and config, and no calibration is
+    written. --drafter
     dflash times the recipe's DFlash block drafter instead of its MTP module (one pass whatever
     k; mode draft_dflash, its digest covering the drafter's config) and writes
     <recipe>.dflash.toml, without a calibration.
