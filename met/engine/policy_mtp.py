@@ -115,7 +115,7 @@ class MtpPlannedPolicy:
     def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
         width = len(seqs)
         kmax = min(self.state.table.kmax, self.num_drafts, self.pools.max_drafts(width))
-        room, _ = clamp_depths(kmax, runner, seqs, self.pools)
+        room, room_clamp = clamp_depths(kmax, runner, seqs, self.pools)
         # a sequence the clamps leave no draft (its last token, no KV room) is not caught up: 0 rows to price
         behind = [runner.mtp_behind(s.slot) if r else 0 for s, r in zip(seqs, room)]
         decision = self.state.plan(width, None, kmax, previous=_previous_firsts(seqs), behind=behind,
@@ -126,7 +126,7 @@ class MtpPlannedPolicy:
             self.probe_after = min(2 * self.probe_after, PROBE_AFTER_MAX)
         self.probing = decision.k == 0 and kmax > 0 and self.plain_steps >= self.probe_after
         # A drafting step may go as deep as kmax: the plans made while drafting decide where it stops.
-        depths, clamp = clamp_depths(kmax if decision.k or self.probing else 0, runner, seqs, self.pools)
+        depths, clamp = (room, room_clamp) if decision.k or self.probing else ((0,) * width, "")
         if self.probing:  # a sequence far behind only where drafting could repay its catch-up
             pays = self.state.probe_pays(width, kmax, behind, [s.remaining for s in seqs])
             depths = tuple(d if b <= PROBE_BEHIND_MAX or ok else 0 for d, b, ok in zip(depths, behind, pays))
