@@ -29,7 +29,7 @@ def speculative_accept(drafts: list[int], q: torch.Tensor | None, p: torch.Tenso
     for j, x in enumerate(drafts):
         px = p[j, x]
         qx = q[j, x] if q is not None else torch.ones((), dtype=p.dtype)
-        u = torch.rand((), generator=generator, dtype=p.dtype)
+        u = torch.rand((), generator=generator, dtype=p.dtype, device=p.device)  # where the generator lives
         if u * qx <= px:  # accept with probability min(1, p/q)
             continue
         if q is not None:

@@ -157,7 +157,8 @@ class ModelRunner:
         logits = self.model.logits_cached(last)  # [B, V]
         firsts = []
         for i, (slot, sampling) in enumerate(zip(slots, samplings)):
-            gen = None if sampling.greedy or sampling.seeded else torch.Generator().manual_seed(torch.seed())
+            # on the model's device: torch refuses a host generator for a GPU's multinomial
+            gen = None if sampling.greedy or sampling.seeded else torch.Generator(self.device).manual_seed(torch.seed())
             first = self._pick(logits[i], sampling, gen, lens[i])
             seq = _Seq(first, sampling, gen)
             if self.track_mtp:
