@@ -1,5 +1,6 @@
 """The model runner: owns the model, the KV cache and the device; prefill, MTP and DFlash draft, verify steps."""
 
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -36,6 +37,12 @@ class Sampling:
     def seeded(self) -> bool:
         """Sampled with a seed: every token is picked with its position's noise (accept.position_noise)."""
         return self.seed is not None and not self.greedy
+
+
+def fresh_seed() -> int:
+    """A seed for an unseeded sampled request's own generator, from the OS (torch.seed() would reseed torch's
+    global generator on every such request)."""
+    return secrets.randbits(63)
 
 
 @dataclass(slots=True)
@@ -158,7 +165,7 @@ class ModelRunner:
         firsts = []
         for i, (slot, sampling) in enumerate(zip(slots, samplings)):
             # on the model's device: torch refuses a host generator for a GPU's multinomial
-            gen = None if sampling.greedy or sampling.seeded else torch.Generator(self.device).manual_seed(torch.seed())
+            gen = None if sampling.greedy or sampling.seeded else torch.Generator(self.device).manual_seed(fresh_seed())
             first = self._pick(logits[i], sampling, gen, lens[i])
             seq = _Seq(first, sampling, gen)
             if self.track_mtp:

@@ -192,6 +192,15 @@ def test_sampling_with_speculation_is_seeded_and_runs(model):
     assert run(1) != run(2)
 
 
+def test_an_unseeded_sampled_request_leaves_torchs_global_generator_alone(model):
+    # its own generator is seeded from the OS; torch.seed() reseeded the global one on every such request
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    generate(ModelRunner(model, 2), _prompts(6)[:2], 8, "mtp", 2, Sampling(temperature=1.0), stop_at_eos=False)
+    assert torch.equal(torch.rand(3), expected)
+
+
 def test_prefill_rejects_prompts_that_do_not_fit(model):
     # a prompt longer than the context is refused with the sizes named
     with pytest.raises(ValueError, match="does not fit"):

@@ -29,6 +29,7 @@ from collections import Counter
 import pytest
 import torch
 
+from met.engine import runner as runner_module
 from met.engine.accept import target_distribution
 from met.engine.generate import generate
 from met.engine.runner import ModelRunner, Sampling
@@ -112,10 +113,10 @@ def sample_first_tokens(runner: ModelRunner, spec: str, n: int, monkeypatch, **k
     """(counts of the first L tokens, [drafts proposed, drafts accepted, steps that accepted all their drafts]).
 
     The n sequences run as one batch, each with its own generator: Sampling(seed=None) seeds each
-    from torch.seed(), here made to count 1, 2, 3, ... so the run is reproducible.
+    from runner.fresh_seed(), here made to count 1, 2, 3, ... so the run is reproducible.
     """
     seeds = itertools.count(1)
-    monkeypatch.setattr(torch, "seed", lambda: next(seeds))
+    monkeypatch.setattr(runner_module, "fresh_seed", lambda: next(seeds))
     verify, full = runner.verify, []
 
     def counting_verify(slots, drafts):
