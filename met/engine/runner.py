@@ -71,6 +71,7 @@ class _Seq:
     catchup_h: list[torch.Tensor] = field(default_factory=list)  # main hidden rows the MTP block has not seen
     catchup_tok: list[int] = field(default_factory=list)  # the token after each of those rows
     last_h: torch.Tensor | None = None  # [dim] main hidden that predicted `pending` (kept for a DFlash drafter)
+    noise: dict[int, torch.Tensor] = field(default_factory=dict)  # seeded: drafted positions' noise, for the verify
 
 
 Replan = Callable[[int, list[Draft]], int]  # (drafts made so far per row, every row's drafts) -> depth to draft to
@@ -179,13 +180,20 @@ class ModelRunner:
             firsts.append(first)
         return firsts
 
-    def _pick(self, logits: torch.Tensor, sampling: Sampling, gen: torch.Generator | None, position: int) -> int:
-        """The token at `position` from its logits [V]: greedy, seeded (by position), or from the generator."""
+    def _pick(self, logits: torch.Tensor, sampling: Sampling, gen: torch.Generator | None, position: int,
+              keep: dict[int, torch.Tensor] | None = None) -> int:
+        """The token at `position` from its logits [V]: greedy, seeded (by position), or from the generator.
+
+        keep: where a seeded pick leaves its noise (a draft's, which the verify picks with again).
+        """
         if sampling.greedy:
             return int(logits.argmax())
         probs = target_distribution(logits, sampling.temperature, sampling.top_p)
         if sampling.seeded:
-            return seeded_pick(probs, position_noise(sampling.seed, position, probs.shape[-1], probs.device))[0]
+            noise = position_noise(sampling.seed, position, probs.shape[-1], probs.device)
+            if keep is not None:
+                keep[position] = noise
+            return seeded_pick(probs, noise)[0]
         return int(torch.multinomial(probs, 1, generator=gen))
 
     # --- drafting ------------------------------------------------------------------------------
@@ -239,7 +247,8 @@ class ModelRunner:
                 if seq.sampling.greedy:
                     d.tokens.append(tok_list[b])
                 elif seq.sampling.seeded:  # the position's noise, as the verify will pick: no q needed
-                    d.tokens.append(self._pick(logits[b], seq.sampling, None, self.cache.lengths[act_slots[row]] + j))
+                    d.tokens.append(self._pick(logits[b], seq.sampling, None, self.cache.lengths[act_slots[row]] + j,
+                                               seq.noise))
                 else:
                     q = target_distribution(logits[b], seq.sampling.temperature, seq.sampling.top_p)
                     d.tokens.append(int(torch.multinomial(q, 1, generator=seq.generator)))
@@ -302,7 +311,7 @@ class ModelRunner:
                 d.tokens = tok_rows[b][:g]
             elif seq.sampling.seeded:  # each position by its noise, as the verify will pick
                 first = self.cache.lengths[slots[i]] + 1
-                d.tokens = [self._pick(logits[b, j], seq.sampling, None, first + j) for j in range(g)]
+                d.tokens = [self._pick(logits[b, j], seq.sampling, None, first + j, seq.noise) for j in range(g)]
             else:  # each position sampled from its own marginal: a valid q for lossless speculative sampling
                 d.q = target_distribution(logits[b, :g], seq.sampling.temperature, seq.sampling.top_p)  # [g, V]
                 d.tokens = torch.multinomial(d.q, 1, generator=seq.generator)[:, 0].tolist()
@@ -342,8 +351,10 @@ class ModelRunner:
                 a, nxt = greedy_accept(d.tokens, greedy_rows[i])
             elif seq.sampling.seeded:  # each row's pick by its position's noise: the tokens plain decoding picks
                 p = target_distribution(logits[i, : ks[i] + 1], seq.sampling.temperature, seq.sampling.top_p)
-                noise = torch.stack([position_noise(seq.sampling.seed, int(base[i]) + 1 + j, p.shape[-1], p.device)
-                                     for j in range(ks[i] + 1)])
+                rows = [int(base[i]) + 1 + j for j in range(ks[i] + 1)]  # the drafts' positions, then the bonus's
+                noise = torch.stack([seq.noise.get(r) if r in seq.noise else
+                                     position_noise(seq.sampling.seed, r, p.shape[-1], p.device) for r in rows])
+                seq.noise.clear()
                 a, nxt = greedy_accept(d.tokens, seeded_pick(p, noise))
             else:
                 p = target_distribution(logits[i, : ks[i] + 1], seq.sampling.temperature, seq.sampling.top_p)

@@ -6,6 +6,7 @@ import random
 import pytest
 import torch
 
+from met.engine import runner as runner_module
 from met.engine.accept import position_noise, seeded_pick
 from met.engine.generate import generate
 from met.engine.runner import ModelRunner, Sampling
@@ -69,3 +70,26 @@ def test_a_seeded_request_repeats_on_a_gpu(model):
             assert _run(gpu, spec, width, depth)[0] == reference, spec
     finally:
         model.to("cpu")
+
+
+@pytest.mark.parametrize("spec", ["mtp", "dflash", "prompt-lookup"])
+def test_each_position_draws_its_noise_once(model, spec, monkeypatch):
+    # a drafted position's noise is drawn once, by the drafter (host drafts draw none), and the verify picks with
+    # it again: per request the prefill's first token, per step each verified draft's position and the bonus's
+    drafter = random_dflash(model) if spec == "dflash" else None
+    calls = _count_noise(monkeypatch)
+    outs = generate(ModelRunner(model, 3, dflash=drafter), _prompts(3), 32, spec, 3, SAMPLING, stop_at_eos=False)
+    steps, proposed = sum(o.steps for o in outs), sum(o.proposed for o in outs)
+    assert proposed > 0 and len(calls) == len(outs) + steps + proposed
+
+
+def _count_noise(monkeypatch) -> list[int]:
+    calls = []
+    real = runner_module.position_noise
+
+    def counting(seed, position, vocab, device="cpu"):
+        calls.append(position)
+        return real(seed, position, vocab, device)
+
+    monkeypatch.setattr(runner_module, "position_noise", counting)
+    return calls
