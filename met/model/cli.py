@@ -211,23 +211,35 @@ def _fail(message: str, code: int) -> typer.Exit:
 
 @model_app.command("info")
 def info_cmd(
-    recipe: Annotated[str, typer.Option(help="Embedded recipe name.")] = "met-tiny-py",
+    recipe: Annotated[str, typer.Option(
+        "--model", "--recipe", help="Embedded recipe name, or a Hugging Face checkpoint folder (Llama, Qwen2).",
+    )] = "met-tiny-py",
     as_json: Annotated[bool, typer.Option("--json", help="Print the whole card as JSON.")] = False,
 ) -> None:
     """Print the recipe, its parameter count, weights digest and model card.
 
+    For a checkpoint folder: its recipe id (the digest covers its weights and the config met reads
+    from config.json: what tables and calibrations are keyed by), architecture, config and files.
     Exit statuses: 0 printed; 65 (EX_DATAERR) the recipe's card, or its DFlash drafter's card, is
-    damaged (not a JSON object, or a field missing or of the wrong type); 66 (EX_NOINPUT) --recipe
-    names no embedded recipe, or a card cannot be read.
+    damaged (not a JSON object, or a field missing or of the wrong type), or the checkpoint folder
+    is one met cannot run; 66 (EX_NOINPUT) --model names no embedded recipe or checkpoint folder,
+    or a card cannot be read.
     """
-    from met.model.recipes import RecipeError, embedded
+    from met.model.recipes import RecipeError
+    from met.model.sources import resolve
 
     try:
-        r = embedded(recipe)
+        r = resolve(recipe)
     except RecipeError as e:
         raise _fail(str(e), e.status) from None
     if as_json:
         typer.echo(json.dumps(r.card, indent=2, sort_keys=True))
+        return
+    if r.source == "hf":
+        out = Console()
+        out.print(f"[bold]{r.id}[/bold]  ({r.weights})")
+        for line in _checkpoint_lines(r):
+            out.print(line, markup=False)  # names from the folder's files are not rich markup
         return
     lines = _card_lines(r.weights.with_name(f"{r.name}.card.json"), r.card, lambda card: _recipe_lines(r, card))
     dflash_path = r.weights.with_name(f"{r.name}.dflash.card.json")
@@ -256,13 +268,26 @@ def _card_lines(path: Path, card: dict, lines: Callable[[dict], list[str]]) -> l
                     EX_DATAERR) from None
 
 
+def _config_line(c: ModelConfig) -> str:
+    return (f"config: dim {c.dim}, layers {c.n_layers}, heads {c.n_heads}/{c.n_kv_heads} kv, ffn {c.ffn_dim}, "
+            f"context {c.max_seq_len}, vocab {c.vocab_size}, MTP depth {c.mtp_depth}")
+
+
+def _checkpoint_lines(r: "Recipe") -> list[str]:
+    card = r.card
+    hub = f" (hub model {card['hub_id']})" if card.get("hub_id") else ""
+    return [f"checkpoint folder: {card['architecture']}{hub}", _config_line(r.config),
+            f"weights: {', '.join(card['files'])}; the recipe's digest covers them and the config met reads "
+            "from config.json",
+            f"end-of-sequence ids: {', '.join(map(str, card['eos_ids'])) or 'none'}"]
+
+
 def _recipe_lines(r: "Recipe", card: dict) -> list[str]:
     c = r.config
     corpus, t = card["corpus"], card["training"]
     lines = [
         f"parameters: {card['parameters']:,} ({card['parameters_without_mtp']:,} without the MTP module)",
-        f"config: dim {c.dim}, layers {c.n_layers}, heads {c.n_heads}/{c.n_kv_heads} kv, ffn {c.ffn_dim}, "
-        f"context {c.max_seq_len}, vocab {c.vocab_size}, MTP depth {c.mtp_depth}",
+        _config_line(c),
         f"corpus: {corpus['source']}: {corpus['train_files']} train files ({corpus['train_tokens']:,} bytes), "
         f"{corpus['heldout_files']} held out ({corpus['heldout_rule']})",
         f"training: {t['steps']} steps x {t['batch']} x {t['seq_len']}, {t['tokens_seen']:,} tokens, "

@@ -1,4 +1,4 @@
-"""`met model info`: the recipe's card in lines; an unknown recipe exits 66, a damaged card 65."""
+"""`met model info`: the recipe's card in lines, a checkpoint folder's id; an unknown recipe exits 66, a damaged card 65."""
 
 import json
 import re
@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from checkpoint_helpers import checkpoint
 from met.cli import app
 from met.model.recipes import embedded
 
@@ -36,10 +37,25 @@ def test_overlong_recipe_exits_66():
 
 
 def test_path_as_recipe_exits_66():
-    # a path into the weights folder is not a recipe name (was the id ../weights/met-tiny-py@..., then a ValueError)
+    # a path into the weights folder is no checkpoint folder either (was the id ../weights/met-tiny-py@..., then a
+    # ValueError)
     r = _run("--recipe", "../weights/met-tiny-py")
-    assert r.exit_code == 66 and "not an embedded recipe's name" in r.output and "known: met-tiny-py" in r.output
-    assert "@" not in r.output
+    assert r.exit_code == 66 and "no checkpoint folder '../weights/met-tiny-py'" in r.output
+    assert "met-tiny-py@" not in r.output
+
+
+def test_a_checkpoint_folders_recipe_id_covers_its_config(tmp_path):
+    # --model FOLDER prints the id tables are keyed by; an edit of a config field met reads changes it
+    checkpoint(tmp_path / "tiny")
+    first = _run("--model", str(tmp_path / "tiny"))
+    assert first.exit_code == 0 and "checkpoint folder: LlamaForCausalLM" in first.output
+    assert "model.safetensors" in first.output and "config: dim" in first.output
+    rid = re.search(r"tiny@[0-9a-f]{16}", first.output).group(0)
+    doc = json.loads((tmp_path / "tiny" / "config.json").read_text())
+    (tmp_path / "tiny" / "config.json").write_text(json.dumps(doc | {"rms_norm_eps": 0.5}))
+    second = _run("--model", str(tmp_path / "tiny"))
+    assert second.exit_code == 0 and rid not in second.output and "tiny@" in second.output
+    assert json.loads(_run("--model", str(tmp_path / "tiny"), "--json").output)["source"] == "hf"
 
 
 @pytest.mark.parametrize("card", ["met-tiny-py.card.json", "met-tiny-py.dflash.card.json"])
