@@ -217,10 +217,8 @@ def probe_pays(table: CostTable, calibration: AcceptanceCalibration, width: int,
     while True:  # each round only drops sequences: at most width + 1 rounds
         cost = [0.0] * width
         for members in _passes(behind, pays):
-            rows = [behind[i] for i in members]
-            pass_s = (table.cell(len(members), 1).catchup_s or 0.0) * max(rows)
-            for i in members:
-                cost[i] = pass_s * behind[i] / sum(rows)
+            for i, paid in _pass_shares(table, 1, len(members), {i: behind[i] for i in members}).items():
+                cost[i] = paid
         kept = [ok and per_token * left > paid for ok, left, paid in zip(pays, remaining, cost)]
         if kept == pays:
             return pays
@@ -248,10 +246,19 @@ def _catch_up_share(table: CostTable, k: int, passes: Sequence[Sequence[int]], b
     share = 0.0
     for members in passes:
         extra = {i: behind[i] - (k + 1) for i in members if behind[i] > k + 1}
-        if not extra:
-            continue
-        pass_s = (table.cell(len(members), k).catchup_s or 0.0) * max(extra.values())
-        total = sum(extra.values())
-        for i, rows in extra.items():
-            share += pass_s * rows / total / max(1.0, remaining[i] / emitted[i])
+        for i, paid in _pass_shares(table, k, len(members), extra).items():
+            share += paid / max(1.0, remaining[i] / emitted[i])
     return share
+
+
+def _pass_shares(table: CostTable, k: int, m: int, rows: dict[int, int]) -> dict[int, float]:
+    """Each sequence's share of a catch-up pass of m sequences padded to the most of `rows`: in proportion to its rows.
+
+    The pass costs the catchup_s of cell(m, k) per row of every sequence (none where the table has no
+    catch-up cost); rows maps the sequences that pay to the rows they pay for.
+    """
+    if not rows:
+        return {}
+    pass_s = (table.cell(m, k).catchup_s or 0.0) * max(rows.values())
+    total = sum(rows.values())
+    return {i: pass_s * r / total for i, r in rows.items()}
