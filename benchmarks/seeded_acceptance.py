@@ -33,9 +33,7 @@ def acceptance(model, prompts, spec: str, depth: int, sampling: Sampling, seeds:
     """Per position: steps that verified a draft there, and the share of them whose drafts 1..j were all kept."""
     runner = ModelRunner(model, len(prompts))
     if seeds is not None:  # one seed per request, as a serve gives each request its own
-        prefill = runner.prefill
-        runner.prefill = lambda slots, ps, samplings: prefill(
-            slots, ps, [dataclasses.replace(s, seed=seeds[i]) for i, s in enumerate(samplings)])
+        sampling = [dataclasses.replace(sampling, seed=seed) for seed in seeds]
     outs = generate(runner, prompts, ARGS.tokens, spec, depth, sampling, stop_at_eos=False)
     proposed = [sum(o.proposed_at[j] for o in outs if j < len(o.proposed_at)) for j in range(depth)]
     accepted = [sum(o.accepted_at[j] for o in outs if j < len(o.accepted_at)) for j in range(depth)]

@@ -1,7 +1,7 @@
 """Offline generation: a static batch of prompts run to completion under one fixed drafting policy."""
 
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from met.engine.proposer import NGRAM_MAX, SPEC_MODES, Proposer
@@ -32,11 +32,12 @@ class Output:
 
 
 def generate(runner: ModelRunner, prompts: list[list[int]], max_tokens: int, spec: str = "off", depth: int = 3,
-             sampling: Sampling = Sampling(), stop_at_eos: bool = True,
+             sampling: Sampling | Sequence[Sampling] = Sampling(), stop_at_eos: bool = True,
              eos_ids: Collection[int] = (EOS,), rung: DflashRung | None = None,
              lookup_min: int = 1) -> list[Output]:
     """Generate up to max_tokens per prompt, all prompts as one batch, drafting depth tokens per step.
 
+    sampling: one for every prompt, or one per prompt (a seed each, say).
     eos_ids: the tokens that end a sequence (the tokenizer's; the byte tokenizer's EOS by default).
     spec "dflash": the DFlash rung picks each step's depth (gamma) from the batch width and, for a
     single stream, the first-draft accept rate (`rung`, default DflashRung()); `depth` is not used.
@@ -47,11 +48,14 @@ def generate(runner: ModelRunner, prompts: list[list[int]], max_tokens: int, spe
         raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
     if spec == "dflash" and runner.dflash is None:
         raise ValueError("--spec dflash needs a runner with a DFlash drafter (ModelRunner(..., dflash=drafter))")
+    samplings = [sampling] * len(prompts) if isinstance(sampling, Sampling) else list(sampling)
+    if len(samplings) != len(prompts):
+        raise ValueError(f"{len(samplings)} samplings for {len(prompts)} prompts")
     outs = [Output(p) for p in prompts]
     proposers = [Proposer(spec, p, min_ngram=lookup_min) for p in prompts]
     slot_of = list(range(len(prompts)))  # prompt i's KV slot; sequences move down as others finish
     t0 = time.perf_counter()
-    firsts = runner.prefill(slot_of, prompts, [sampling] * len(prompts))
+    firsts = runner.prefill(slot_of, prompts, samplings)
     prefill_s = time.perf_counter() - t0
     live = []  # prompts still generating, in slot order
     for i, first in enumerate(firsts):

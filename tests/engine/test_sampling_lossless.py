@@ -109,7 +109,8 @@ def g_statistic(counts: Counter, law: dict[tuple[int, ...], float], n: int) -> t
     return sum(c * math.log(c / n / expected[t]) for t, c in seen.items() if c > 0), len(expected)
 
 
-def sample_first_tokens(runner: ModelRunner, spec: str, n: int, monkeypatch, **kw) -> tuple[Counter, list[int]]:
+def sample_first_tokens(runner: ModelRunner, spec: str, n: int, monkeypatch, sampling=SAMPLING,
+                        **kw) -> tuple[Counter, list[int]]:
     """(counts of the first L tokens, [drafts proposed, drafts accepted, steps that accepted all their drafts]).
 
     The n sequences run as one batch, each with its own generator: Sampling(seed=None) seeds each
@@ -125,7 +126,7 @@ def sample_first_tokens(runner: ModelRunner, spec: str, n: int, monkeypatch, **k
         return results
 
     monkeypatch.setattr(runner, "verify", counting_verify)
-    outs = generate(runner, [PROMPT] * n, L, spec, DEPTH, SAMPLING, stop_at_eos=False, **kw)
+    outs = generate(runner, [PROMPT] * n, L, spec, DEPTH, sampling, stop_at_eos=False, **kw)
     assert all(len(o.tokens) == L for o in outs)
     return Counter(tuple(o.tokens) for o in outs), [sum(o.proposed for o in outs), sum(o.accepted for o in outs),
                                                     sum(full)]
@@ -177,13 +178,10 @@ def test_speculative_sampling_is_distributed_as_plain_sampling(target, law, spec
     # "seed": sequence i has seed i and picks every token by its position's noise (accept.position_noise)
     drafter = random_dflash(target) if spec == "dflash" else None
     runner = ModelRunner(target, N, max_len=len(PROMPT) + L + 1, dflash=drafter)
-    if seeded:
-        prefill = runner.prefill
-        monkeypatch.setattr(runner, "prefill", lambda slots, prompts, samplings: prefill(
-            slots, prompts, [dataclasses.replace(s, seed=i) for i, s in enumerate(samplings)]))
+    sampling = [dataclasses.replace(SAMPLING, seed=i) for i in range(N)] if seeded else SAMPLING
     # DEPTH drafts at any batch width (the default rung drafts 1 past a width of 16)
     rung = DflashRung(DflashParams(tiers=(), wide_gamma=DEPTH, single_levels=(DEPTH,), up=())) if drafter else None
-    counts, (proposed, accepted, full) = sample_first_tokens(runner, spec, N, monkeypatch, rung=rung)
+    counts, (proposed, accepted, full) = sample_first_tokens(runner, spec, N, monkeypatch, sampling, rung=rung)
     g, cells = g_statistic(counts, law, N)
     assert g < g_threshold(cells, ALPHA), (spec, g, cells)
     if spec == "off":

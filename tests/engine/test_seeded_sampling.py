@@ -93,3 +93,15 @@ def _count_noise(monkeypatch) -> list[int]:
 
     monkeypatch.setattr(runner_module, "position_noise", counting)
     return calls
+
+
+def test_generate_takes_a_sampling_per_prompt(model):
+    # one seed per prompt gives each prompt the text it gets alone under that seed; a count off is refused
+    prompts = _prompts(3)
+    each = [dataclasses.replace(SAMPLING, seed=s) for s in (1, 2, 3)]
+    together = [o.tokens for o in generate(ModelRunner(model, 3), prompts, 16, "mtp", 2, each, stop_at_eos=False)]
+    alone = [generate(ModelRunner(model, 1), [p], 16, "off", sampling=s, stop_at_eos=False)[0].tokens
+             for p, s in zip(prompts, each)]
+    assert together == alone
+    with pytest.raises(ValueError, match="2 samplings for 3 prompts"):
+        generate(ModelRunner(model, 3), prompts, 4, "off", sampling=each[:2])
