@@ -42,6 +42,7 @@ log = logging.getLogger("met.scheduler")
 
 TOKENIZER = BYTES.name  # the default tokenizer's name in shared-lookup scopes (the embedded recipes' bytes)
 IDLE_WAIT_S = 0.25  # an idle scheduler wakes this often to publish a snapshot
+RATE_FRESH_S = 5.0  # the snapshot's tokens/s is 0 once no step has ended for this long: an idle server delivers none
 
 
 class Draining(RuntimeError):
@@ -75,6 +76,7 @@ class Scheduler:
         self._submitted = 0  # requests put in the inbox and not yet taken (the snapshot's queued counts them)
         self._submitted_lock = threading.Lock()  # submit runs on the server's threads, the take on this one
         self._early: list = []  # inbox items the idle wait took, before the rest of the inbox
+        self._stepped_at: float | None = None  # clock() when the latest step's verify returned
         self._draining = False
         self._thread: threading.Thread | None = None
         self._publish(None)  # readers see this serve's spec and slots before the first tick
@@ -257,7 +259,8 @@ class Scheduler:
             if len(d.tokens) > k:
                 raise RuntimeError(f"the drafter proposed {len(d.tokens)} drafts where the clamp allows {k}")
         results = self.runner.verify([s.slot for s in seqs], drafts)
-        return drafts, results, max(self.clock() - t0, 1e-9)
+        self._stepped_at = self.clock()
+        return drafts, results, max(self._stepped_at - t0, 1e-9)
 
     # postprocess
 
@@ -321,6 +324,9 @@ class Scheduler:
     def _publish(self, plan: StepPlan | None) -> None:
         s, c = self.stats, self.counters
         decision = plan.decision if plan is not None else None
+        # idle wake-ups publish too, and a rate over steps that ended long ago is not what the server
+        # delivers now: /metrics, /v1/snapshot and the TUI would show the last busy rate for ever
+        fresh = self._stepped_at is not None and self.clock() - self._stepped_at <= RATE_FRESH_S
         jpt = None
         if decision is not None and decision.energy_j is not None and decision.expected_tokens > 0:
             jpt = decision.energy_j / decision.expected_tokens
@@ -333,7 +339,7 @@ class Scheduler:
             depth=plan.depth if plan is not None else 0,
             why=plan.why if plan is not None else "",
             acceptance=c.acceptance(),
-            tokens_per_s=c.tokens_per_s(),
+            tokens_per_s=c.tokens_per_s() if fresh else 0.0,
             joules_per_token=jpt if jpt is None or jpt > 0 else None,
             drafts_proposed=s.proposed,
             drafts_accepted=s.accepted,

@@ -10,7 +10,13 @@ table prices the steps run at (there is no live meter in the serve), present onl
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from met.engine.scheduler import RATE_FRESH_S
+from met.engine.tick_counters import RATE_WINDOW
 from met.speculative.snapshot import SnapshotCell
+
+# the scheduler zeroes the rate at its idle wake-ups, so an idle serve reads 0, not its last busy rate
+RATE_HELP = (f"Emitted tokens per second of step time over the last {RATE_WINDOW} steps; "
+             f"0 once no step has run for {RATE_FRESH_S:g} s")
 
 
 class SnapshotCollector:
@@ -61,8 +67,7 @@ class SnapshotCollector:
         yield GaugeMetricFamily("met_active_sequences", "Sequences holding a KV slot", value=s.active)
         yield GaugeMetricFamily("met_kv_slots", "KV-cache sequence slots", value=s.max_batch)
         yield GaugeMetricFamily("met_queued_requests", "Requests waiting for a slot", value=s.queued)
-        yield GaugeMetricFamily("met_tokens_per_second", "Emitted tokens per second of step time, recent steps",
-                                value=s.tokens_per_s)
+        yield GaugeMetricFamily("met_tokens_per_second", RATE_HELP, value=s.tokens_per_s)
         yield GaugeMetricFamily("met_shared_lookup_tokens", "Tokens held by the shared lookup cache",
                                 value=s.shared_lookup_tokens)
         if s.planned_tokens_per_s is not None:

@@ -20,7 +20,7 @@ class SchedulerSnapshot:
     depth: int = 0  # planned drafts per sequence before the capacity clamp
     why: str = ""  # short reason for depth, e.g. "ladder", "rung:two", "gate:plain", "plan", "clamp:kv"
     acceptance: tuple[float, ...] = ()  # per draft position: fraction accepted (drafts 0..=i all matched)
-    tokens_per_s: float = 0.0  # emitted tokens per second of step wall time, recent window
+    tokens_per_s: float = 0.0  # emitted tokens per second of step wall time, last 32 steps; 0 once none for 5 s
     joules_per_token: float | None = None  # None without an energy source
     drafts_proposed: int = 0  # drafts verified since start
     drafts_accepted: int = 0  # of those, accepted (the bonus token not counted)
