@@ -13,6 +13,7 @@ from met.bench.tables_cli import tables_app
 from met.engine.cli import generate
 from met.exit_codes import EX_IOERR
 from met.model.cli import model_app
+from met.say import say
 from met.serve.cli import serve, top
 
 app = typer.Typer(
@@ -56,15 +57,9 @@ def main() -> None:
             raise
         # stdout on a full disk (`> /dev/full`, a cron log) or gone: say so in one line, not a traceback.
         # The commands' own files are written and reported on their own (bench spec-cost: 73, untouched).
-        _say(f"error: cannot write the output: {exc.strerror}")
+        say(f"error: cannot write the output: {exc.strerror}", err=True)
         for stream in (sys.stdout, sys.stderr):  # nothing more to flush at exit, where it would fail again
             if stream is not None:
                 os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
         sys.exit(EX_IOERR)
 
-
-def _say(line: str) -> None:
-    try:
-        print(line, file=sys.stderr, flush=True)
-    except (OSError, ValueError, AttributeError):  # stderr full, closed or absent too
-        pass

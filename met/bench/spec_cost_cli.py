@@ -34,6 +34,7 @@ from met.model.dflash import DflashDrafter, DrafterError, load_drafter, shipped_
 from met.model.recipes import DEFAULT_RECIPE, Recipe, RecipeError, embedded
 from met.model.sources import is_path, recipe_name, resolve, tokenizer_for
 from met.model.tokenizer import BYTES, Tokenizer
+from met.say import say
 from met.speculative.spec_cost import AcceptanceCalibration, CostTable, SpecCostError, TableParseError
 
 EX_USAGE = 2  # what click answers a bad option with; the command uses it for bad values it finds later
@@ -250,20 +251,8 @@ class Request:
 
 
 def _fail(code: int, message: str) -> None:
-    _echo(f"error: {message}", err=True)
+    say(f"error: {message}", err=True)
     raise typer.Exit(code)
-
-
-def _echo(line: str, err: bool = False) -> None:
-    """One line out; a stream that cannot take it (full, closed, its reader gone) does not change the exit status.
-
-    The status says what happened to the table: a cron log on a full disk must not turn a written
-    table into a traceback and exit 1, nor a held lock's 75 into 1.
-    """
-    try:
-        typer.echo(line, err=err)
-    except (OSError, ValueError):  # ValueError: the stream was closed
-        pass
 
 
 def _target(out: Path) -> Path:
@@ -420,17 +409,17 @@ def _write(path: Path, cal_path: Path, old: Existing, table: CostTable, calibrat
         raise Refusal(EX_CANTCREAT, f"cannot replace {exc.filename or path}: {exc.strerror or exc}; the table "
                       f"there before is untouched{also}") from None
     if old.problem:  # said even under --quiet: a file was replaced that was no valid table
-        _echo(f"warning: {path} {old.problem}; replaced it with the new table", err=True)
+        say(f"warning: {path} {old.problem}; replaced it with the new table", err=True)
     if reporter.quiet:
         return
     for line in changes(old, table):
-        _echo(line)
-    _echo(f"wrote {path} ({len(table.cells)} cells, energy_source '{table.key.energy_source}', "
-          f"sweep {table.meta['sweep_s']:.0f} s)")
+        say(line)
+    say(f"wrote {path} ({len(table.cells)} cells, energy_source '{table.key.energy_source}', "
+        f"sweep {table.meta['sweep_s']:.0f} s)")
     if calibration is not None:
-        _echo(f"wrote {cal_path} ({calibration.outcomes} judged drafts, "
-              f"{len(calibration.bins)} confidence bins, {len(calibration.position_priors)} position priors, "
-              f"{len(calibration.carryover)} carry-over bins)")
+        say(f"wrote {cal_path} ({calibration.outcomes} judged drafts, "
+            f"{len(calibration.bins)} confidence bins, {len(calibration.position_priors)} position priors, "
+            f"{len(calibration.carryover)} carry-over bins)")
 
 
 def _recipe(name: str) -> Recipe:
