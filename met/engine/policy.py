@@ -5,7 +5,8 @@ ladder and adaptive rung pick the depth (policy_mtp.MtpLadderPolicy). mtp, measu
 measured planner picks the depth from the cost table and calibration, k = 0 meaning plain
 (policy_mtp.MtpPlannedPolicy). ngram / prompt-lookup: host drafts from the sequence's own history,
 the tenant's shared lookup cache as fallback (policy_lookup.LookupPolicy). dflash: the runner's
-DFlash block drafter, its verify width set by the DFlash rung (policy_dflash.DflashPolicy). The
+DFlash block drafter, its verify width set by the DFlash rung (policy_dflash.DflashPolicy), its
+verify pools sized by the rung's tiers and the drafter's block rather than PolicyConfig.pools. The
 capacity clamp applies under every policy (policy_base.clamp_depths).
 """
 
@@ -31,7 +32,7 @@ class PolicyConfig:
     spec: str = "off"  # off | mtp | ngram | prompt-lookup | dflash
     lookup_depth: int = 4  # host proposers: most drafts per step (prompt-lookup's own window may ask fewer)
     lookup_min_ngram: int = 1  # host proposers: the shortest suffix match that proposes drafts
-    pools: VerifyPools = DEFAULT_POOLS  # --lift-wide-tier lifts widths 9..=16 to two drafts
+    pools: VerifyPools = DEFAULT_POOLS  # mtp and host drafts; --lift-wide-tier lifts widths 9..=16 to two
 
     def __post_init__(self) -> None:
         if self.spec not in SERVE_SPECS:
@@ -61,5 +62,8 @@ def build_policy(config: PolicyConfig, num_drafts: int, cost_state: SpecCostStat
     if config.spec == "dflash":
         if dflash_block is None:
             raise ValueError("--spec dflash needs a DFlash drafter (met model train --drafter dflash)")
-        return DflashPolicy(RunnerDflash(dflash_block), config.pools)
+        if config.pools != DEFAULT_POOLS:  # sized for MTP drafts; the rung's would be cut or ignored
+            raise ValueError(f"--spec dflash sizes its verify pools from the DFlash rung; pools {config.pools} "
+                             "(--lift-wide-tier) are for --spec mtp, drop them")
+        return DflashPolicy(RunnerDflash(dflash_block))
     return LookupPolicy(config.spec, config.lookup_depth, config.pools, config.lookup_min_ngram)

@@ -2,8 +2,11 @@
 
 A block drafter (DFlash-style, issue 9) costs one forward whatever the block, so the depth is the
 rung's gamma: by concurrency tier for wide steps, by the first-draft accept rate for a single
-stream; then the capacity clamp. The drafter is any callable with the BlockDrafter shape:
-`met serve --spec dflash` passes RunnerDflash, the runner's own DFlash drafter (met/model/dflash.py).
+stream; then the drafter's block (it proposes at most that many: "clamp:block") and the capacity
+clamp. Its verify pools are the rung's own (dflash_rung.verify_pools), not the MTP drafter's
+defaults, which would cut the rung's single-stream 8, 12 and 16 to 4. The drafter is any callable
+with the BlockDrafter shape: `met serve --spec dflash` passes RunnerDflash, the runner's own DFlash
+drafter (met/model/dflash.py).
 """
 
 from collections.abc import Sequence
@@ -12,7 +15,7 @@ from typing import Protocol
 from met.engine.policy_base import Outcome, StepPlan, clamp_depths, drafting, joined
 from met.engine.requests import SeqState
 from met.engine.runner import Draft, ModelRunner
-from met.speculative.dflash_rung import DflashRung
+from met.speculative.dflash_rung import DflashRung, verify_pools
 from met.speculative.spec_capacity import VerifyPools
 
 
@@ -39,15 +42,17 @@ class DflashPolicy:
 
     name = "dflash"
 
-    def __init__(self, drafter: BlockDrafter, pools: VerifyPools, rung: DflashRung | None = None):
+    def __init__(self, drafter: BlockDrafter, pools: VerifyPools | None = None, rung: DflashRung | None = None):
         self.drafter = drafter
-        self.pools = pools
         self.rung = rung if rung is not None else DflashRung()
+        # None: the pools the rung's tiers need for this drafter's block
+        self.pools = pools if pools is not None else verify_pools(self.rung.params, drafter.block)
 
     def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
-        gamma = self.rung.gamma_for(len(seqs), self.drafter.block)
-        depths, clamp = clamp_depths(gamma, runner, seqs, self.pools)
-        why = f"dflash:{'single' if len(seqs) == 1 else 'tier'}"
+        gamma = self.rung.gamma_for(len(seqs))  # the rung's choice, reported as the step's depth
+        asked = min(gamma, self.drafter.block)  # a drafter proposes at most its trained block
+        depths, clamp = clamp_depths(asked, runner, seqs, self.pools)
+        why = joined(f"dflash:{'single' if len(seqs) == 1 else 'tier'}", "clamp:block" if asked < gamma else "")
         return StepPlan(drafting("dflash", depths), gamma, depths, joined(why, clamp))
 
     def draft(self, runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]:

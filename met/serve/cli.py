@@ -58,7 +58,8 @@ def serve(
     max_batch: Annotated[int, typer.Option(min=1, max=256, help="Sequences decoded together (KV slots).")] = 16,
     max_len: Annotated[int, typer.Option(min=0, help="Context per sequence (0: the model's, at most 2048).")] = 0,
     lift_wide_tier: Annotated[bool, typer.Option(
-        help="Let widths 9..=16 verify two drafts (the adaptive rung's lift); default pools clamp them to one.",
+        help="Let widths 9..=16 verify two drafts (the adaptive rung's lift); default pools clamp them to one. "
+             "Not with --spec dflash, whose pools hold the DFlash rung's widths.",
     )] = False,
     lookup_depth: Annotated[int, typer.Option(
         min=1, max=16, help="Most drafts per step for ngram / prompt-lookup.")] = 4,
@@ -106,6 +107,9 @@ def serve(
     if drafter is not None and spec != "dflash":
         raise typer.BadParameter(f"the DFlash drafter of --spec dflash; --spec {spec or 'mtp'} would not use it",
                                  param_hint="--drafter")
+    if lift_wide_tier and spec == "dflash":
+        raise typer.BadParameter("it lifts the MTP verify pools; --spec dflash sizes its pools from the DFlash rung "
+                                 "(two drafts at widths 9..=16 already)", param_hint="--lift-wide-tier")
     if energy not in ENERGY:
         raise typer.BadParameter(f"{energy!r} is not one of {', '.join(ENERGY)}", param_hint="--energy")
     if log_level.lower() not in server.LOG_LEVELS:

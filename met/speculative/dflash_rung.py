@@ -5,11 +5,17 @@ verify: gamma + 1 positions per sequence. Wide batches fill the device already a
 small gamma by concurrency tier; a single stream is memory-bound, so its gamma follows the
 first-draft accept rate (an EWMA seeded with its first sample) between a few levels, with a
 hysteresis gap so a rate near a threshold does not flap. Gamma never grows with width.
+
+The verify pools of a block drafter come from the same tiers (`verify_pools`): each width tier
+holds the most gamma the rung can choose there, at most the drafter's block. The MTP drafter's
+default pools (4 drafts at widths 1..=8, 1 at 9..=16) would cut the rung's 8, 12 and 16 to 4.
 """
 
 from dataclasses import dataclass, field
 
-MAX_GAMMA = 16  # the block size DFlash drafters are trained with
+from met.speculative.spec_capacity import MAX_POOL_WIDTH, VerifyPools
+
+MAX_GAMMA = 16  # the largest block DFlash drafters are trained with
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +57,20 @@ def next_level(level: int, p1: float, params: DflashParams) -> int:
     while level > 0 and p1 < params.up[level - 1] - params.gap:
         level -= 1
     return level
+
+
+def verify_pools(params: DflashParams, block: int) -> VerifyPools:
+    """Pools holding the rung's gamma in each width tier (a single stream: its top level), capped at the block.
+
+    With the default params and a 16-token block: 16 drafts at width 1, 8 at 2, 6 at 3..=4,
+    4 at 5..=8, 2 at 9..=16 and 1 up to MAX_POOL_WIDTH; a 4-token block caps every tier at 4.
+    """
+    if not 1 <= block <= MAX_GAMMA:
+        raise ValueError(f"a drafter's block must be in 1..={MAX_GAMMA}, got {block}")
+    tiers = [(1, params.single_levels[-1]), *params.tiers]
+    if tiers[-1][0] < MAX_POOL_WIDTH:
+        tiers.append((MAX_POOL_WIDTH, params.wide_gamma))
+    return VerifyPools(tuple((width, min(gamma, block)) for width, gamma in tiers))
 
 
 def gamma_for_width(width: int, params: DflashParams) -> int:

@@ -2,8 +2,10 @@
 
 A sequence's capacity is the least of its KV room (a step at depth k appends up to k drafts
 plus the bonus token, so k <= max_len - current_len - 1) and the verify pool of its step's
-width tier (the preallocated verify buffers hold so many drafts per sequence). The serial
-verify path runs only some depths (its arms); it takes the largest arm not above the clamp.
+width tier (the preallocated verify buffers hold so many drafts per sequence). The default
+pools are sized for the MTP drafter; a block drafter's are sized by its rung
+(dflash_rung.verify_pools), so that they hold every gamma the rung chooses. The serial verify
+path runs only some depths (its arms); it takes the largest arm not above the clamp.
 """
 
 from collections.abc import Sequence
@@ -11,14 +13,15 @@ from dataclasses import dataclass
 
 SERIAL_VERIFY_ARMS = frozenset({1, 2, 3, 4})  # depths the serial verify path has kernels for
 WIDE_TIER = range(9, 17)  # widths 9..=16: one draft by default, two when the flag lifts it
+MAX_POOL_WIDTH = 256  # the widest step a pool serves (met serve --max-batch is at most 256)
 
 
 @dataclass(frozen=True, slots=True)
 class VerifyPools:
-    """Most drafts per sequence the verify pools hold, by width tier."""
+    """Most drafts per sequence the verify pools hold, by width tier (by default, the MTP drafter's)."""
 
     # (largest width of the tier, drafts per sequence), widths ascending; wider than the last: no pool
-    tiers: tuple[tuple[int, int], ...] = ((8, 4), (16, 1), (256, 1))
+    tiers: tuple[tuple[int, int], ...] = ((8, 4), (16, 1), (MAX_POOL_WIDTH, 1))
     lift_wide_tier: bool = False  # let widths 9..=16 verify lifted_drafts (the adaptive rung's second draft)
     lifted_drafts: int = 2
 

@@ -14,6 +14,7 @@ from met.engine.proposer import Proposer
 from met.engine.requests import QueueSink, Request, SeqState
 from met.engine.runner import Draft
 from met.engine.textstream import TextStream
+from met.speculative.dflash_rung import DflashRung
 from met.speculative.mtp_gate import Mode
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 from met.speculative.spec_cost import (AcceptanceCalibration, CarryBin, Cell, ConfidenceBin, CostTable, DrafterKey,
@@ -285,10 +286,58 @@ class _Block:
 
 
 def test_dflash_rung_gamma_is_clamped_and_observed():
-    # a single stream asks for the rung's gamma (16 at the top level); the pool clamps it to 4
+    # a single stream asks for the rung's gamma (16 at the top level); given the MTP pools, the pool clamps it to 4
     p = DflashPolicy(_Block(), DEFAULT_POOLS)
     plan = p.plan(_runner(), _seqs(1))
     assert plan.depth == 16 and plan.depths == (4,) and plan.why == "dflash:single, clamp:pool"
     assert [len(d.tokens) for d in p.draft(_runner(), _seqs(1), plan)] == [4]
     p.observe(plan, [Outcome(4, 0, 1)], 0.01)  # first draft rejected: the single-stream rate falls
     assert p.rung.p1 == 0.0 and p.rung.gamma_for(1) < 16
+
+
+def _dflash_runner(asked: list[list[int]]):
+    """A fake runner whose DFlash drafter records the depths each draft asks for."""
+    def draft_dflash(slots, depths):
+        asked.append(list(depths))
+        return [Draft([7] * d, [0.0] * d) for d in depths]
+    return SimpleNamespace(length=lambda slot: 10, max_len=128, draft_dflash=draft_dflash)
+
+
+def test_dflash_from_the_flags_gets_the_rungs_gamma_to_its_drafter():
+    # --spec dflash with a 16-token block: a single stream accepting everything drafts 16 (the MTP pools cut it to 4)
+    p, asked = build_policy(PolicyConfig("dflash"), 4, dflash_block=16), []
+    runner = _dflash_runner(asked)
+    for _ in range(3):
+        plan = p.plan(runner, _seqs(1))
+        p.draft(runner, _seqs(1), plan)
+        p.observe(plan, [Outcome(plan.depths[0], plan.depths[0], plan.depths[0] + 1)], 0.01)
+    assert (plan.depth, plan.depths, plan.why) == (16, (16,), "dflash:single") and asked[-1] == [16]
+    # and every concurrency tier its own gamma: 8 at width 2, 6 at 3, 4 at 8, 2 at 12, 1 at 20
+    for width, gamma in ((2, 8), (3, 6), (8, 4), (12, 2), (20, 1)):
+        plan = p.plan(runner, _seqs(width))
+        assert plan.depths == (gamma,) * width and plan.why == "dflash:tier", (width, plan)
+
+
+def test_dflash_single_stream_levels_each_reach_the_drafter():
+    # the rung's single-stream levels 8, 12 and 16 are drafted as chosen under the pools it sizes
+    for level, gamma in enumerate((8, 12, 16)):
+        plan = DflashPolicy(_Block(), rung=DflashRung(level=level)).plan(_runner(), _seqs(1))
+        assert (plan.depth, plan.depths, plan.why) == (gamma, (gamma,), "dflash:single")
+
+
+def test_dflash_block_clamp_is_named_in_why():
+    # a 4-token drafter proposes at most 4: the rung's 16 is reported, 4 drafted, and why says the block cut it
+    p = build_policy(PolicyConfig("dflash"), 4, dflash_block=4)
+    plan = p.plan(_runner(), _seqs(1))
+    assert (plan.depth, plan.depths, plan.why) == (16, (4,), "dflash:single, clamp:block")
+    plan = p.plan(_runner(), _seqs(12))  # the tier's 2 fits the block: no clamp
+    assert (plan.depth, plan.depths, plan.why) == (2, (2,) * 12, "dflash:tier")
+    plan = p.plan(_runner(length=125), _seqs(1))  # KV room 2 as well: both clamps named
+    assert (plan.depths, plan.why) == ((2,), "dflash:single, clamp:block, clamp:kv")
+
+
+def test_dflash_refuses_the_mtp_lift():
+    # --lift-wide-tier lifts MTP pools; DFlash sizes its own, so the pair is refused, not silently ignored
+    lifted = PolicyConfig("dflash", pools=VerifyPools(DEFAULT_POOLS.tiers, lift_wide_tier=True))
+    with pytest.raises(ValueError, match="sizes its verify pools from the DFlash rung"):
+        build_policy(lifted, 4, dflash_block=16)

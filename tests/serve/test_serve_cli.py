@@ -90,3 +90,34 @@ def test_lookup_min_ngram_reaches_the_scheduler(micro_embedded, monkeypatch):
     assert built[0].scheduler.min_ngram == 3 and built[0].scheduler.shared.params.min_ngram == 3
     r = CliRunner().invoke(app, ["serve", "--spec", "prompt-lookup", "--lookup-min-ngram", "0"])
     assert r.exit_code == 2 and "--lookup-min-ngram" in r.output
+
+
+def test_dflash_serve_verifies_the_rungs_widths(micro_embedded, monkeypatch, tmp_path):
+    # --spec dflash with a 16-token drafter: a single stream drafts the rung's 16 (the MTP pools verified 4)
+    from types import SimpleNamespace
+
+    from met.engine.proposer import Proposer
+    from met.engine.requests import QueueSink, Request, SeqState
+    from met.engine.textstream import TextStream
+    from met.model.dflash import DflashConfig, DflashDrafter, save_drafter
+    from met.serve.app import Service
+
+    _, recipe = micro_embedded
+    save_drafter(DflashDrafter(DflashConfig.for_target(recipe.config, block=16, ffn_dim=64)),
+                 tmp_path / "block16.safetensors", recipe.id)
+    built, build = [], Service.build
+    monkeypatch.setattr(Service, "build", lambda *a, **k: built.append(build(*a, **k)) or built[-1])
+    monkeypatch.setattr("met.serve.server.run", lambda *a, **k: 0)
+    r = CliRunner().invoke(app, ["serve", "--model", "micro-t", "--spec", "dflash", "--port", "0",
+                                 "--drafter", str(tmp_path / "block16.safetensors")])
+    assert r.exit_code == 0, r.output
+    policy = built[0].scheduler.policy
+    seq = SeqState(Request("a", (1, 2, 3), 100), QueueSink(), 0, Proposer("off", (1, 2, 3)), TextStream())
+    plan = policy.plan(SimpleNamespace(length=lambda slot: 3, max_len=128), [seq])
+    assert (plan.depths, plan.why) == ((16,), "dflash:single")
+
+
+def test_dflash_serve_refuses_the_mtp_lift(micro_embedded, no_load):
+    # --lift-wide-tier lifts the MTP pools; --spec dflash sizes its own, so the pair is a bad option, before a load
+    r = CliRunner().invoke(app, ["serve", "--model", "micro-t", "--spec", "dflash", "--lift-wide-tier"])
+    assert r.exit_code == 2 and "--lift-wide-tier" in r.output and "DFlash rung" in r.output, r.output

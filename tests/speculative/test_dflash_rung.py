@@ -6,7 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from met.speculative.dflash_rung import MAX_GAMMA, DflashParams, DflashRung, gamma_for_width, next_level
+from met.speculative.dflash_rung import (MAX_GAMMA, DflashParams, DflashRung, gamma_for_width, next_level,
+                                        verify_pools)
+from met.speculative.spec_capacity import DEFAULT_POOLS, MAX_POOL_WIDTH
 
 P = DflashParams()
 
@@ -128,3 +130,29 @@ def test_next_level_hysteresis(level: int, p1: float) -> None:
     for i, up in enumerate(P.up):
         if up - P.gap <= p1 < up:  # inside gap i: neither crosses it
             assert (level <= i) == (new <= i)
+
+
+def test_verify_pools_hold_the_rung_tiers() -> None:
+    # a 16-token block: 16 alone, 8 / 6 / 4 / 2 by tier, 1 up to the widest pool; the MTP defaults hold 4 alone
+    assert verify_pools(P, 16).tiers == ((1, 16), (2, 8), (4, 6), (8, 4), (16, 2), (MAX_POOL_WIDTH, 1))
+    assert DEFAULT_POOLS.max_drafts(1) == 4 < verify_pools(P, 16).max_drafts(1)
+    # a 4-token block caps every tier at 4
+    assert verify_pools(P, 4).tiers == ((1, 4), (2, 4), (4, 4), (8, 4), (16, 2), (MAX_POOL_WIDTH, 1))
+    # tiers already reaching the widest pool get no extra tier
+    assert verify_pools(DflashParams(tiers=((MAX_POOL_WIDTH, 2),)), 16).tiers == ((1, 16), (MAX_POOL_WIDTH, 2))
+
+
+@pytest.mark.parametrize("block", [0, MAX_GAMMA + 1])
+def test_verify_pools_refuse_a_block_no_drafter_has(block: int) -> None:
+    with pytest.raises(ValueError, match="block must be in"):
+        verify_pools(P, block)
+
+
+@given(observations, st.integers(1, MAX_POOL_WIDTH), st.integers(1, MAX_GAMMA), st.integers(0, 2))
+def test_verify_pools_never_clamp_the_rung(obs: list, width: int, block: int, level: int) -> None:
+    # whatever the level and history, the pool of a width holds the rung's gamma there; at the top level exactly
+    rung = DflashRung(level=level)
+    apply(rung, obs)
+    pools = verify_pools(rung.params, block)
+    assert rung.gamma_for(width, block) <= pools.max_drafts(width)
+    assert DflashRung(level=-1).gamma_for(width, block) == pools.max_drafts(width)
