@@ -105,7 +105,9 @@ def parse_request(raw: bytes) -> CompletionRequest:
         reason = str(exc).split("; use sys.set_int_max_str_digits", 1)[0]  # advice for Python callers, not clients
         raise ApiError(400, f"the request body is not valid JSON ({reason})", "invalid_json") from None
     if not isinstance(doc, dict):
-        raise ApiError(400, f"the request body must be a JSON object, got {_json_kind(doc)}", "invalid_json")
+        kind = json_type(doc)
+        got = kind if kind == "null" else f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+        raise ApiError(400, f"the request body must be a JSON object, got {got}", "invalid_json")
     try:
         return CompletionRequest.model_validate(doc)
     except ValidationError as exc:
@@ -154,12 +156,11 @@ def sse(doc: dict | str) -> bytes:
     return f"data: {data}\n\n".encode()
 
 
-def _json_kind(doc: object) -> str:
-    """What a parsed JSON value is, in JSON's words (null, not NoneType)."""
-    if doc is None:
-        return "null"
-    if isinstance(doc, bool):
-        return "a boolean"
-    if isinstance(doc, int | float):
-        return "a number"
-    return "a string" if isinstance(doc, str) else "an array"
+# Python's type of each JSON value json.loads makes, with JSON's name for it (bool before int: a bool is an int)
+_JSON_TYPES = ((type(None), "null"), (bool, "boolean"), (int | float, "number"), (str, "string"), (list, "array"),
+               (dict, "object"))
+
+
+def json_type(value: object) -> str:
+    """A parsed JSON value's type in JSON's words (null, not NoneType); "value" for what JSON does not make."""
+    return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), "value")

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from met.speculative.snapshot import SnapshotCell
 from met.serve.report import snapshot_doc
+from met.serve.schemas import json_type
 
 
 def render(doc: dict, source: str = "") -> Panel:
@@ -83,7 +84,6 @@ REQUIRED = ("tick", "width", "active", "queued", "mode", "depth", "why", "tokens
             "drafts_accepted", "emitted_tokens")
 NUMBER = (int, float)
 COUNT_MAX = 1 << 63  # no met serve counts this far; a larger JSON integer overflows a float in render
-JSON_NAMES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
 # the type of each field render does arithmetic or formatting on, checked when present (None: may be null)
 TYPES = {"tick": int, "width": int, "active": int, "queued": int, "max_batch": int, "depth": int, "mode": str,
          "spec": str, "why": str, "tokens_per_s": NUMBER, "drafts_proposed": int, "drafts_accepted": int,
@@ -95,7 +95,7 @@ TYPES = {"tick": int, "width": int, "active": int, "queued": int, "max_batch": i
 def snapshot_problem(doc: object) -> str | None:
     """Why a decoded JSON document is not a met snapshot, or None if it is one render can draw."""
     if not isinstance(doc, dict):
-        return f"a JSON {JSON_NAMES.get(type(doc), 'value')}, not an object"
+        return f"a JSON {json_type(doc)}, not an object"
     missing = [k for k in REQUIRED if k not in doc]
     if missing:
         return f"no {', '.join(missing)}"
