@@ -1,10 +1,16 @@
 """A checkpoint folder's tokenizer: tokenizer.json through the `tokenizers` library, and its stream decoder."""
 
+import codecs
 import hashlib
-from collections.abc import Callable, Iterable
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from met.model.hf_config import CheckpointError
+
+_HELD = 4  # a UTF-8 character is at most 4 bytes, so at most 3 tokens wait for one to finish
+_BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # what the ByteFallback decoder reads as one byte
 
 
 class WindowStream:
@@ -13,32 +19,89 @@ class WindowStream:
     The window starts at the tokens of the previous emission, so a decoder that treats a
     sequence's first token specially (a leading space) sees it as context, not as a first token;
     a piece is held back while its text ends in U+FFFD (a character split across tokens).
+    Every token decodes the window, so the window is kept short, whatever the tokens:
+
+    - A UTF-8 character is at most 4 bytes, so past _HELD held tokens the text is not all one
+      character still arriving (a model repeating an invalid byte: ÿ ÿ ÿ ...). Then a cut k
+      of the window is released when decode(window[:k]) is a prefix of decode(window), longer
+      than what was emitted and shorter than the whole: its last character, U+FFFD or not,
+      is settled, since bytes after it already began another one.
+    - An id `skip` is true of is one decode drops before its decoder runs (a special token, an id
+      past the vocabulary): it is passed over, not held.
+    - `fallback` maps the byte tokens of a ByteFallback decoder (<0x41> -> 0x41) to their
+      bytes. That decoder makes a run of byte tokens its text if the whole run is valid UTF-8
+      and one U+FFFD per byte if not: <0x41><0x42> is "AB", <0x41><0x42><0xFF> is "���". So a
+      run is held whole while it is valid (checked byte by byte, not decoded); once invalid it
+      is emitted, and each later byte of the run is one more U+FFFD.
     """
 
-    __slots__ = ("_decode", "_window", "_read")
+    __slots__ = ("_decode", "_skip", "_fallback", "_window", "_read", "_done", "_run", "_broken")
 
-    def __init__(self, decode: Callable[[list[int]], str]) -> None:
+    def __init__(self, decode: Callable[[list[int]], str], skip: Callable[[int], bool] | None = None,
+                 fallback: Mapping[int, int] | None = None) -> None:
         self._decode = decode
+        self._skip = skip or (lambda token: False)  # true of ids decode drops: they change no text
+        self._fallback = dict(fallback or {})
         self._window: list[int] = []  # tokens since the start of the previous emission
         self._read = 0  # how many of them were already emitted
+        self._done = ""  # decode(window[:read]), the text those emitted tokens give as context
+        self._run: codecs.IncrementalDecoder | None = None  # checks the open byte-fallback run is still valid UTF-8
+        self._broken = False  # the open byte-fallback run is not valid UTF-8, whatever bytes follow
 
     def add(self, token: int) -> str:
         if token < 0:
             raise ValueError(f"token {token} is not a token id")
-        self._window.append(token)
-        done = self._decode(self._window[: self._read])
-        text = self._decode(self._window)
-        if len(text) <= len(done) or text.endswith("\ufffd"):
+        if self._skip(token):
             return ""
-        self._window = self._window[self._read :]
-        self._read = len(self._window)
-        return text[len(done) :]
+        byte = self._fallback.get(token)
+        if byte is not None:
+            return self._add_byte(token, byte)
+        self._run, self._broken = None, False
+        self._window.append(token)
+        text = self._decode(self._window)
+        if len(text) > len(self._done) and not text.endswith("\ufffd"):
+            return self._emit(text, len(self._window))
+        if len(self._window) - self._read > _HELD:
+            return self._release(text)
+        return ""
 
     def flush(self) -> str:
-        done = self._decode(self._window[: self._read])
         text = self._decode(self._window)
-        self._window, self._read = [], 0
-        return text[len(done) :]
+        piece = text[len(self._done):]
+        self._window, self._read, self._done, self._run, self._broken = [], 0, "", None, False
+        return piece
+
+    def _add_byte(self, token: int, byte: int) -> str:
+        if self._broken:
+            return "\ufffd"  # the window holds the run's start, which already makes the whole run U+FFFD
+        self._window.append(token)
+        if self._run is None:
+            self._run = codecs.getincrementaldecoder("utf-8")()
+        try:
+            self._run.decode(bytes((byte,)))
+            return ""
+        except UnicodeDecodeError:
+            self._run, self._broken = None, True
+            return self._emit(self._decode(self._window), len(self._window))
+
+    def _release(self, text: str) -> str:
+        """Emit the longest settled text of the last few cuts of the window (text: its whole decode)."""
+        window = self._window
+        for k in range(len(window) - 1, max(self._read, len(window) - _HELD - 1), -1):
+            if window[k - 1] in self._fallback and window[k] in self._fallback:
+                continue  # never inside a byte-fallback run, whose text is all or nothing
+            head = self._decode(window[:k])
+            if len(self._done) < len(head) < len(text) and text.startswith(head):
+                return self._emit(head, k)
+        return ""
+
+    def _emit(self, text: str, k: int) -> str:
+        """Emit text, the decode of window[:k], past the last emission; window[read:k] becomes the context."""
+        piece = text[len(self._done):]
+        self._window = self._window[self._read:]
+        self._read = k - self._read
+        self._done = self._decode(self._window[: self._read])
+        return piece
 
 
 class HfTokenizer:
@@ -63,6 +126,10 @@ class HfTokenizer:
         self.name = f"hf-{hashlib.sha256(data).hexdigest()[:16]}"
         self.eos_ids = frozenset(eos_ids)
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+        # what a stream needs to know of decode: the special ids it drops, the byte tokens of a ByteFallback decoder
+        self._special = frozenset(i for i, t in self._tok.get_added_tokens_decoder().items() if t.special)
+        self._fallback = _byte_tokens(self._tok.get_vocab(with_added_tokens=True)) if _has_byte_fallback(
+            json.loads(data).get("decoder")) else {}
 
     def encode(self, text: str) -> list[int]:
         """Token ids of text, with the template's special tokens (as transformers' tokenizer(text) gives)."""
@@ -74,4 +141,20 @@ class HfTokenizer:
 
     def stream(self) -> WindowStream:
         """A stream decoder for one sequence's generated tokens."""
-        return WindowStream(self.decode)
+        return WindowStream(self.decode, self._drops, self._fallback)
+
+    def _drops(self, token: int) -> bool:
+        """Whether decode drops token: a special token, or an id past the vocabulary (a padded output row)."""
+        return token in self._special or token >= self.vocab_size
+
+
+def _has_byte_fallback(decoder: dict | None) -> bool:
+    """Whether a tokenizer.json decoder, or one in its Sequence, is ByteFallback."""
+    if not decoder:
+        return False
+    return decoder.get("type") == "ByteFallback" or any(_has_byte_fallback(d) for d in decoder.get("decoders") or ())
+
+
+def _byte_tokens(vocab: dict[str, int]) -> dict[int, int]:
+    """Token id -> byte of the tokens ByteFallback reads as one byte (<0x41> -> 0x41)."""
+    return {i: int(m[1], 16) for t, i in vocab.items() if (m := _BYTE_TOKEN.fullmatch(t))}
