@@ -1,215 +1,33 @@
-"""The `met model` sub-app: train the embedded recipe and describe it."""
+"""The `met model` sub-app and its info command: describe a recipe (embedded or a checkpoint folder).
+
+`met model train` is met.engine.train_cli's: the card it writes carries acceptance decoded by the
+engine, which met.model does not import. met/cli.py wires both commands into model_app.
+"""
 
 import json
-import math
-import time
-from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Callable, TextIO
+from typing import TYPE_CHECKING, Annotated, Callable
 
-import torch
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from met.exit_codes import EX_CANTCREAT, EX_DATAERR, EX_NOINPUT
+from met.exit_codes import EX_DATAERR, EX_NOINPUT
 from met.model.config import ModelConfig
-from met.model.corpus import HELDOUT_PERCENT, load_split, stdlib_root
-from met.model.transformer import Transformer
-from met.model.dflash_train import DflashTrainParams
-from met.model.train import TrainParams, train
-from met.model.train_state import ChangedParams, PastSteps, UnusableCheckpoint, shown
-from met.model.weights import read_card, save_weights, write_card
+from met.model.weights import read_card
 
 if TYPE_CHECKING:
     from met.model.recipes import Recipe
 
-_D = TrainParams()
-_DF = DflashTrainParams()
 MAX_THREADS = 1024  # as met.engine.identity.MAX_THREADS (model imports nothing above it); 100000 crashed torch
 model_app = typer.Typer(help="Train and inspect the embedded model recipe.", no_args_is_help=True, rich_markup_mode=None)
-console = Console(stderr=True)
 
 
-@model_app.command("train")
-def train_cmd(
-    out_dir: Annotated[Path | None, typer.Option(
-        help="Folder for checkpoints, weights and the card (default: runs/met-tiny-py; dflash: runs/<target>-dflash).",
-        show_default=False)] = None,
-    preset: Annotated[str, typer.Option(help="Model config preset.")] = "met-tiny-py",
-    steps: Annotated[int | None, typer.Option(min=1, help=f"Optimizer steps [default: {_D.steps}].",
-                                              show_default=False)] = None,
-    batch: Annotated[int | None, typer.Option(min=1, help=f"Sequences per step [default: {_D.batch}].",
-                                              show_default=False)] = None,
-    seq_len: Annotated[int | None, typer.Option(
-        min=8, help=f"Tokens per training sequence [default: {_D.seq_len}].", show_default=False)] = None,
-    lr: Annotated[float | None, typer.Option(help=f"Peak learning rate, above 0 [default: {_D.lr}].",
-                                             show_default=False)] = None,
-    threads: Annotated[int, typer.Option(
-        min=0, max=MAX_THREADS, help="torch CPU threads (0: torch's default).")] = 0,
-    eval_every: Annotated[int | None, typer.Option(
-        min=1, help=f"Steps between held-out evaluations [default: {_D.eval_every}].", show_default=False)] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the data sampler and initialisation.")] = 0,
-    drafter: Annotated[str, typer.Option(
-        help="mtp: train the model with its MTP module; dflash: train a DFlash block drafter against the frozen "
-             "--target (then --steps, --batch, --seq-len, --lr, --eval-every are the drafter's, default "
-             f"{_DF.steps}, {_DF.batch}, {_DF.seq_len}, {_DF.lr}, {_DF.eval_every}).")] = "mtp",
-    target: Annotated[str, typer.Option(help="--drafter dflash: the embedded recipe to draft for.")] = "met-tiny-py",
-) -> None:
-    """Train the recipe on this interpreter's stdlib source (resumes from OUT_DIR/ckpt.pt), or its DFlash drafter.
-
-    A checkpoint already past --steps is refused, not resumed (the card would claim fewer steps
-    than the weights took): pass --steps at or above its step, or another --out-dir. So is one
-    trained with another --batch, --seq-len, --lr or --seed (the card would claim options its
-    first steps did not use); --steps and --eval-every may change.
-
-    Exit statuses: 0 weights and card written; 2 bad option value (or a checkpoint in OUT_DIR
-    already past --steps, or trained with other options); 65 (EX_DATAERR) OUT_DIR's checkpoint is
-    unreadable or another preset's, or a drafter's trained against other target weights (remove
-    it or pass another --out-dir); 66 (EX_NOINPUT) --target names no embedded recipe;
-    73 (EX_CANTCREAT) OUT_DIR cannot be created or written.
-    """
-    if drafter not in ("mtp", "dflash"):
-        raise _fail(f"--drafter {drafter!r} is not one of mtp, dflash", 2)
-    if lr is not None and not (math.isfinite(lr) and lr > 0):
-        raise _fail(f"--lr {lr} must be a finite number above 0 (e.g. {_D.lr})", 2)
-    if drafter == "dflash":
-        _apply_threads(threads)
-        _train_dflash(target, out_dir or Path(f"runs/{target}-dflash"), steps, batch, seq_len, lr, eval_every, seed)
-        return
-    out_dir = out_dir or Path("runs/met-tiny-py")
-    try:
-        cfg = ModelConfig.from_name(preset)
-    except KeyError as e:
-        raise _fail(e.args[0], 2) from None
-    every = _or(eval_every, _D.eval_every)
-    params = TrainParams(steps=_or(steps, _D.steps), batch=_or(batch, _D.batch), seq_len=_or(seq_len, _D.seq_len),
-                         lr=_or(lr, _D.lr), eval_every=every, checkpoint_every=every, seed=seed)
-    if params.seq_len + 2 > cfg.max_seq_len:
-        raise _fail(f"--seq-len {params.seq_len} leaves no room for the 2 MTP targets in preset {preset}'s "
-                    f"context of {cfg.max_seq_len}; pass --seq-len {cfg.max_seq_len - 2} or less", 2)
-    _apply_threads(threads)
-    log = _open_log(out_dir)
-    train_split, heldout = load_split(False), load_split(True)
-    torch.manual_seed(seed)
-    model = Transformer(cfg)
-    with Progress(TextColumn("[bold]train"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                  console=console, disable=not console.is_terminal) as progress:
-        task = progress.add_task("train", total=params.steps, info="")
-
-        def on_step(step: int, stats: dict) -> None:
-            info = f"bpb {stats['bpb']:.3f} acc1 {stats['accept1_tf']:.2f}"
-            if "heldout_bpb" in stats:
-                info += f" | held-out bpb {stats['heldout_bpb']:.3f} acc1 {stats['heldout_accept1_tf']:.2f}"
-                log.write(f"{time.strftime('%H:%M:%S')} step {step} {stats}\n")
-                log.flush()
-                if not console.is_terminal:
-                    console.print(f"step {step}/{params.steps} {info}")
-            progress.update(task, completed=step, info=info)
-
-        try:
-            stats = train(model, train_split, heldout, params, out_dir / "ckpt.pt", on_step)
-        except (UnusableCheckpoint, PastSteps, ChangedParams) as e:
-            raise _checkpoint_refused(e) from None
-    log.close()
-    digest = save_weights(model, out_dir / f"{preset}.safetensors")
-    card = {
-        "recipe": preset,
-        "digest": digest,
-        "config": asdict(cfg),
-        "parameters": model.num_parameters(),
-        "parameters_without_mtp": model.num_parameters(include_mtp=False),
-        "corpus": {"source": f"Python {'.'.join(map(str, __import__('sys').version_info[:3]))} stdlib .py files",
-                   "root": str(stdlib_root()), "train_files": len(train_split.files),
-                   "heldout_files": len(heldout.files),
-                   "heldout_rule": f"int(sha256(relative path).hexdigest()[:8], 16) % 100 < {HELDOUT_PERCENT}",
-                   "train_tokens": int(len(train_split.tokens)), "heldout_tokens": int(len(heldout.tokens))},
-        "training": asdict(params) | {"wall_s": round(stats["wall_s"], 1), "tokens_seen": stats["tokens"],
-                                      "torch": torch.__version__, "threads": torch.get_num_threads()},
-        "heldout": {"method": "32 random windows of 256 bytes of the held-out split (train.evaluate; the whole "
-                              "split: python3 benchmarks/heldout_quality.py)",
-                    "bits_per_byte": round(stats["heldout_bpb"], 4),
-                    "mtp1_bits_per_byte": round(stats["heldout_mtp1_bpb"], 4),
-                    "teacher_forced_first_draft_acceptance": round(stats["heldout_accept1_tf"], 4)},
-    }
-    if cfg.mtp_depth:
-        # CLI modules sit on top of the package, so this one may use the engine to decode for real.
-        from met.engine.evaluate import mtp_acceptance
-
-        card["acceptance"] = mtp_acceptance(model.eval(), prompts=16, max_tokens=min(128, cfg.max_seq_len // 4),
-                                            depth=min(4, cfg.mtp_depth),
-                                            prompt_bytes=min(256, cfg.max_seq_len // 2))
-    write_card(card, out_dir / f"{preset}.card.json")
-    console.print(f"wrote {out_dir / (preset + '.safetensors')} (digest {digest}) and its card")
-
-
-def _train_dflash(target: str, out_dir: Path, steps: int | None, batch: int | None, seq_len: int | None,
-                  lr: float | None, eval_every: int | None, seed: int) -> None:
-    from met.model.dflash_cli import train_dflash_cmd
-    from met.model.recipes import RecipeError, embedded
-
-    try:
-        embedded(target, verify=False)  # an unknown target is refused before OUT_DIR is made
-        params = DflashTrainParams(steps=_or(steps, _DF.steps), batch=_or(batch, _DF.batch),
-                                   seq_len=_or(seq_len, _DF.seq_len), lr=_or(lr, _DF.lr),
-                                   eval_every=_or(eval_every, _DF.eval_every), seed=seed)
-    except RecipeError as e:  # its status: 66 missing, 65 a damaged card
-        raise _fail(str(e), e.status) from None
-    except ValueError as e:
-        raise _fail(str(e), 2) from None
-    _open_log(out_dir).close()
-    try:
-        train_dflash_cmd(target, out_dir, params, {}, console)
-    except RecipeError as e:
-        raise _fail(str(e), e.status) from None
-    except (UnusableCheckpoint, PastSteps, ChangedParams) as e:
-        raise _checkpoint_refused(e) from None
-    except ValueError as e:
-        raise _fail(str(e), 2) from None
-
-
-def _or(value: int | float | None, default: int | float) -> int | float:
-    """The option's value when given (0 included: typer's bounds refuse it first), else the default."""
-    return default if value is None else value
-
-
-def _apply_threads(threads: int) -> None:
-    if threads:
-        torch.set_num_threads(threads)
-
-
-def _open_log(out_dir: Path) -> TextIO:
-    """Create out_dir and open its train.log for appending, before any training; exit 73 when either fails."""
-    why = "it is a file, not a folder" if out_dir.exists() and not out_dir.is_dir() else ""
-    if not why:
-        try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-            return (out_dir / "train.log").open("a")
-        except OSError as e:
-            why = e.strerror or str(e)
-    raise _fail(f"cannot write to --out-dir {out_dir}: {why}; pass a folder you can write", EX_CANTCREAT)
-
-
-def _checkpoint_refused(e: UnusableCheckpoint | PastSteps | ChangedParams) -> typer.Exit:
-    """An unusable checkpoint is bad input data (65); one already past --steps or of other options a bad option (2)."""
-    if isinstance(e, ChangedParams):
-        options = shown(e.changes, lambda field: f"--{field.replace('_', '-')}")
-        return _fail(f"{e.ckpt} was trained with {options}; pass the same to resume it (--steps and --eval-every may "
-                     "change), or another --out-dir to start afresh", 2)
-    if isinstance(e, PastSteps):
-        return _fail(f"{e.ckpt} is already at step {e.step}, past --steps {e.steps}; pass --steps {e.step} or more "
-                     "to resume it, or another --out-dir to start afresh", 2)
-    return _fail(f"{e}; remove it to train from step 0, or pass another --out-dir", EX_DATAERR)
-
-
-def _fail(message: str, code: int) -> typer.Exit:
+def fail(message: str, code: int) -> typer.Exit:
     """Print `error: message` on stderr (one line, unwrapped); the typer.Exit(code) to raise."""
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(code)
 
 
-@model_app.command("info")
 def info_cmd(
     recipe: Annotated[str, typer.Option(
         "--model", "--recipe", help="Embedded recipe name, or a Hugging Face checkpoint folder (Llama, Qwen2).",
@@ -231,7 +49,7 @@ def info_cmd(
     try:
         r = resolve(recipe)
     except RecipeError as e:
-        raise _fail(str(e), e.status) from None
+        raise fail(str(e), e.status) from None
     if as_json:
         typer.echo(json.dumps(r.card, indent=2, sort_keys=True))
         return
@@ -247,9 +65,9 @@ def info_cmd(
         try:
             dflash_card = read_card(dflash_path)
         except OSError as e:
-            raise _fail(f"cannot read {dflash_path}: {e.strerror or e}", EX_NOINPUT) from None
+            raise fail(f"cannot read {dflash_path}: {e.strerror or e}", EX_NOINPUT) from None
         except ValueError as e:
-            raise _fail(f"{e}; reinstall met to restore the card it ships", EX_DATAERR) from None
+            raise fail(f"{e}; reinstall met to restore the card it ships", EX_DATAERR) from None
         lines += _card_lines(dflash_path, dflash_card, _dflash_lines)
     out = Console()
     out.print(f"[bold]{r.id}[/bold]  ({r.weights})")
@@ -262,10 +80,10 @@ def _card_lines(path: Path, card: dict, lines: Callable[[dict], list[str]]) -> l
     try:
         return lines(card)
     except KeyError as e:
-        raise _fail(f"{path} has no {e.args[0]!r}; reinstall met to restore the card it ships", EX_DATAERR) from None
+        raise fail(f"{path} has no {e.args[0]!r}; reinstall met to restore the card it ships", EX_DATAERR) from None
     except (TypeError, ValueError, AttributeError) as e:
-        raise _fail(f"{path} holds a field of the wrong type ({e}); reinstall met to restore the card it ships",
-                    EX_DATAERR) from None
+        raise fail(f"{path} holds a field of the wrong type ({e}); reinstall met to restore the card it ships",
+                   EX_DATAERR) from None
 
 
 def _config_line(c: ModelConfig) -> str:

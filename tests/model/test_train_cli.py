@@ -5,7 +5,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import met.model.cli as model_cli
+import met.engine.train_cli as train_cli
 from met.cli import app
 from met.model import train_state
 from met.model.corpus import Split
@@ -26,14 +26,14 @@ def no_training(monkeypatch):
     def load_split(heldout):
         raise Trained
 
-    monkeypatch.setattr(model_cli, "load_split", load_split)
+    monkeypatch.setattr(train_cli, "load_split", load_split)
 
 
 @pytest.fixture
 def tiny_corpus(monkeypatch):
     """A small corpus instead of the stdlib (the checkpoint cases fail before a step)."""
     split = Split(np.random.default_rng(0).integers(97, 110, 2000).astype(np.uint16), ("x",))
-    monkeypatch.setattr(model_cli, "load_split", lambda heldout: split)
+    monkeypatch.setattr(train_cli, "load_split", lambda heldout: split)
 
 
 def _run(*args: str):
@@ -82,7 +82,7 @@ def test_omitted_options_are_the_defaults_and_given_ones_kept(tiny_corpus, monke
         seen.append(params)
         raise Trained
 
-    monkeypatch.setattr(model_cli, "train", train)
+    monkeypatch.setattr(train_cli, "train", train)
     _run(*MICRO, "--steps", "1", "--eval-every", "1", "--lr", "1e-9", "--out-dir", str(tmp_path))
     _run("model", "train", "--out-dir", str(tmp_path))
     given, default = seen
