@@ -18,7 +18,6 @@ from met.model.weights import read_card
 if TYPE_CHECKING:
     from met.model.recipes import Recipe
 
-MAX_THREADS = 1024  # as met.engine.identity.MAX_THREADS (model imports nothing above it); 100000 crashed torch
 model_app = typer.Typer(help="Train and inspect the embedded model recipe.", no_args_is_help=True, rich_markup_mode=None)
 
 
