@@ -143,7 +143,7 @@ def train_cmd(
 
 def _train_dflash(target: str, out_dir: Path, steps: int | None, batch: int | None, seq_len: int | None,
                   lr: float | None, eval_every: int | None, seed: int) -> None:
-    from met.model.dflash_cli import train_dflash_cmd
+    from met.engine.train_dflash_cli import train_dflash_cmd
     from met.model.recipes import RecipeError, embedded
 
     try:

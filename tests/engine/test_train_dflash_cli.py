@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 import met.engine.evaluate as evaluate
-import met.model.dflash_cli as dflash_cli
+import met.engine.train_dflash_cli as dflash_cli
 from met.cli import app
 from met.model.corpus import Split
 from met.model.dflash import load_drafter

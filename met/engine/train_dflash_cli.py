@@ -1,4 +1,7 @@
-"""`met model train --drafter dflash`: train a DFlash block drafter against a frozen recipe, write it and its card."""
+"""`met model train --drafter dflash`: train a DFlash block drafter against a frozen recipe, write it and its card.
+
+Beside train_cli.py, above met.model: the card's greedy acceptance is decoded by the engine.
+"""
 
 import time
 from dataclasses import asdict
@@ -7,6 +10,7 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
+from met.engine.evaluate import dflash_acceptance
 from met.model.corpus import load_split
 from met.model.dflash import DflashConfig, DflashDrafter, save_drafter
 from met.model.dflash_train import DflashTrainParams, train_dflash
@@ -42,9 +46,6 @@ def train_dflash_cmd(target_name: str, out_dir: Path, params: DflashTrainParams,
                          recipe.id)
     path = out_dir / f"{recipe.name}.dflash.safetensors"
     digest = save_drafter(drafter, path, recipe.id)
-    # CLI modules sit on top of the package, so this one may use the engine to decode for real.
-    from met.engine.evaluate import dflash_acceptance
-
     card = {
         "drafter": "dflash",
         "target": recipe.id,
