@@ -62,7 +62,8 @@ def serve(
              "Not with --spec dflash, whose pools hold the DFlash rung's widths.",
     )] = False,
     lookup_depth: Annotated[int, typer.Option(
-        min=1, max=16, help="Most drafts per step for ngram / prompt-lookup.")] = 4,
+        min=1, max=16, help="Most drafts per step for ngram / prompt-lookup; the verify pools clamp it as MTP's: "
+        "4 at widths 1..=8, 1 at 9..=16 (2 with --lift-wide-tier), shown as clamp:pool in the snapshot's why.")] = 4,
     lookup_min_ngram: Annotated[int, typer.Option(
         min=1, max=NGRAM_MAX, help="ngram / prompt-lookup: the shortest match of the text's end that proposes "
         "drafts (a longer one is likelier accepted; where a verified draft costs much, as on a CPU, 3 pays).")] = 1,
