@@ -30,6 +30,8 @@ from met.serve.boot import default_calibration, default_table
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 from met.speculative.spec_cost import AcceptanceCalibration
 
+from report import publish
+
 
 class _Previous:
     """Passes every call to the policy it wraps; notes each full-depth sequence-step and its previous first draft."""
@@ -94,11 +96,7 @@ def main() -> int:
     if rows:
         expected = statistics.fmean(calibration.expected_accepted_by_depth((), args.depth, p)[-1] for p, _ in rows)
         lines.append(f"| all | {len(rows)} | {expected:.2f} | {statistics.fmean(a for _, a in rows):.2f} | |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-    return 0
+    return publish(lines, args.out)
 
 
 if __name__ == "__main__":

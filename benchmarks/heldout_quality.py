@@ -36,6 +36,8 @@ from met.model.recipes import embedded
 from met.model.tokenizer import EOS, encode
 from met.model.train import evaluate
 
+from report import publish
+
 BATCH = 32  # windows per forward
 
 
@@ -130,11 +132,7 @@ def main() -> int:
         f"{len(windows)} windows {acc_rest:.3f} ({n_rest:,} judged); on the {len(near_windows)} windows the same cut "
         f"gives from the near-copy files {acc_near:.3f} ({n_near:,} judged).",
     ]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-    return 0
+    return publish(lines, args.out)
 
 
 if __name__ == "__main__":

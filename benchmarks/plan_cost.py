@@ -29,6 +29,8 @@ from met.serve.boot import default_calibration, default_table
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 from met.speculative.spec_cost import AcceptanceCalibration, CostTable, SpecCostState
 
+from report import publish
+
 
 def best_us(call, calls: int) -> float:
     """The fastest of 5 rounds of `calls` calls, per call, in microseconds."""
@@ -102,11 +104,7 @@ def main() -> int:
         lines += ["", f"In the scheduler's loop (`met bench policies`' 16 prompts x 128 tokens at concurrency 1, the "
                   f"measured policy, {args.loop_runs} runs): {per_call:.1f} us per plan, first plans and replans "
                   f"together; {per_step:.2f} plans per step, {drafted:.0%} of the steps drafting."]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-    return 0
+    return publish(lines, args.out)
 
 
 if __name__ == "__main__":

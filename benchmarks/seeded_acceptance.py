@@ -25,6 +25,8 @@ from met.engine.generate import generate
 from met.engine.runner import ModelRunner, Sampling
 from met.model.recipes import embedded
 
+from report import publish
+
 CONFIGS = [("mtp", 3), ("prompt-lookup", 4)]
 TEMPERATURES = (0.5, 1.0)
 
@@ -72,11 +74,7 @@ def main() -> int:
                 lines.append(f"| {spec} {depth} | {temperature} | {rule} | {sum(total['proposed']):,} | {shares} | "
                              f"{sum(total['accepted']) / total['proposed'][0]:.3f} |")  # steps that verified a draft
                 print(lines[-1], flush=True)
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if ARGS.out:
-        ARGS.out.write_text(text)
-    return 0
+    return publish(lines, ARGS.out)
 
 
 if __name__ == "__main__":

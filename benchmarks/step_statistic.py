@@ -26,6 +26,8 @@ from met.model.corpus import heldout_prompts
 from met.model.recipes import embedded
 from met.model.tokenizer import encode
 
+from report import publish
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -58,11 +60,7 @@ def main() -> int:
     for k in depths:
         lines.append(f"| {k} | {by_median[k] * 1e3:.3f} | {by_mean[k] * 1e3:.3f} | {by_mean[k] / by_median[k]:.3f} | "
                      f"{by_median[k] / by_median[0]:.3f} | {by_mean[k] / by_mean[0]:.3f} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-    return 0
+    return publish(lines, args.out)
 
 
 if __name__ == "__main__":
