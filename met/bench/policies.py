@@ -19,19 +19,22 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from met.engine.policy_base import Outcome, PlainPolicy, Policy, StepPlan
+from met.engine.policy_dflash import DflashPolicy, RunnerDflash
 from met.engine.policy_lookup import LookupPolicy
 from met.engine.policy_mtp import MtpFixedPolicy, MtpLadderPolicy, MtpPlannedPolicy
 from met.engine.requests import Delta, Event, Failed, Finished, Request, SeqState
 from met.engine.runner import Draft, ModelRunner
 from met.engine.scheduler import Scheduler
 from met.model.corpus import heldout_code
+from met.model.dflash import DflashDrafter
 from met.model.tokenizer import BYTES, Tokenizer, encode
 from met.model.transformer import Transformer
 from met.speculative.spec_capacity import VerifyPools
 from met.speculative.spec_cost import SpecCostState
 
 FIXED_DEPTHS = (1, 2, 3, 4)
-POLICIES = ("off", *(f"fixed-{k}" for k in FIXED_DEPTHS), "static", "prompt-lookup", "measured")
+POLICIES = ("off", *(f"fixed-{k}" for k in FIXED_DEPTHS), "static", "prompt-lookup", "measured")  # the default set
+OPTIONAL_POLICIES = ("dflash",)  # run only when named: the recipe's DFlash block drafter, as met serve --spec dflash
 LOOKUP_DEPTH = 4  # prompt lookup's most drafts per step: the serve's --lookup-depth default
 WARMUP_TOKENS = 8  # tokens per request of the warm-up run (enough for every step kind to run)
 PROMPT_OFFSET, PROMPT_BYTES = 1024, 256  # from byte 1024 of each held-out file: the calibration saw the openings
@@ -69,8 +72,12 @@ class Workload:
 
 
 def policy_factories(names: Sequence[str], num_drafts: int, pools: VerifyPools, cost_state: SpecCostState | None,
-                     environ: Mapping[str, str]) -> dict[str, PolicyFactory]:
-    """A factory per policy name (POLICIES), built as the serve builds its policies; ValueError naming the problem."""
+                     environ: Mapping[str, str], dflash_block: int | None = None) -> dict[str, PolicyFactory]:
+    """A factory per policy name (POLICIES, OPTIONAL_POLICIES), built as the serve builds its policies.
+
+    ValueError naming the problem. dflash_block: the block of the DFlash drafter the runners hold
+    (policy dflash needs one); its verify pools are the DFlash rung's, not `pools`, as in the serve.
+    """
     out: dict[str, PolicyFactory] = {}
     for name in names:
         if name == "off":
@@ -87,9 +94,13 @@ def policy_factories(names: Sequence[str], num_drafts: int, pools: VerifyPools, 
             if cost_state is None:
                 raise ValueError("policy 'measured' needs the cost table and calibration")
             out[name] = lambda: MtpPlannedPolicy(cost_state, num_drafts, pools)
+        elif name == "dflash":
+            if dflash_block is None:
+                raise ValueError("policy 'dflash' needs the recipe's DFlash drafter (met model train --drafter dflash)")
+            out[name] = lambda: DflashPolicy(RunnerDflash(dflash_block))
         else:
-            raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
-        if num_drafts < 1 and name not in ("off", "prompt-lookup"):
+            raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES + OPTIONAL_POLICIES)}")
+        if num_drafts < 1 and name not in ("off", "prompt-lookup", "dflash"):
             raise ValueError(f"policy {name!r} drafts with MTP, but the model has no MTP module")
     return out
 
@@ -230,9 +241,12 @@ def measure_run(runner: ModelRunner, name: str, factory: PolicyFactory, model_id
 
 
 def run_all(model: Transformer, model_id: str, factories: Mapping[str, PolicyFactory], workload: Workload,
-            progress: Progress | None = None) -> list[Run]:
-    """Warm-up, then every policy at every concurrency, interleaved over the repeats (see the module's docstring)."""
-    runners = {c: ModelRunner(model, c) for c in workload.concurrencies}
+            progress: Progress | None = None, dflash: DflashDrafter | None = None) -> list[Run]:
+    """Warm-up, then every policy at every concurrency, interleaved over the repeats (see the module's docstring).
+
+    dflash: the block drafter the runners hold for policy dflash (None: no runner has one).
+    """
+    runners = {c: ModelRunner(model, c, dflash=dflash) for c in workload.concurrencies}
     total = len(factories) * len(runners) * (workload.repeats + 1)
     done = 0
     for c, runner in runners.items():

@@ -29,6 +29,7 @@ from met.bench.spec_cost_cli import EX_USAGE, parse_widths
 from met.bench.table_files import check_writable, commit, stage
 from met.engine.identity import RunSettings, box_class, device_name, resolve_run
 from met.exit_codes import EX_CANTCREAT, EX_NOINPUT, EX_OK, EX_SOFTWARE
+from met.model.dflash import DrafterError, load_drafter, shipped_path
 from met.model.recipes import DEFAULT_RECIPE, RecipeError, embedded
 from met.serve.boot import (BootError, MeasuredBoot, boot_measured, default_calibration, default_table,
                             energy_source)
@@ -50,7 +51,9 @@ RepeatsOpt = Annotated[int | None, typer.Option(
     "--repeats", min=1, max=100, help="Interleaved repeats; figures are medians (default: 3; --quick: 1).",
     show_default=False)]
 PoliciesOpt = Annotated[str | None, typer.Option(
-    "--policies", help=f"Comma-separated subset of: {', '.join(pol.POLICIES)} (default: all).", show_default=False)]
+    "--policies", help=f"Comma-separated subset of: {', '.join(pol.POLICIES)} (default: all of these); also "
+    f"{', '.join(pol.OPTIONAL_POLICIES)} (the recipe's DFlash drafter, its rung's gamma, as met serve --spec dflash).",
+    show_default=False)]
 TableOpt = Annotated[Path | None, typer.Option(
     "--table", help="Cost table of the measured planner (default: tables/<box_class>/<recipe>.toml); also prices "
     "joules/token when it has energy.", show_default=False)]
@@ -104,15 +107,17 @@ def policies(
 
     Policies: off; fixed-1..fixed-4 (MTP at that depth every step); static (MTP gate, ladder and
     adaptive rung: met serve --spec mtp); prompt-lookup; measured (the cost table's planner:
-    met serve --spec mtp --spec-cost-model measured). Each runs at every concurrency, interleaved over
+    met serve --spec mtp --spec-cost-model measured); and, only when named, dflash (the recipe's
+    DFlash block drafter beside its weights, met serve --spec dflash). Each runs at every concurrency, interleaved over
     the repeats (the order reversed every other repeat); greedy outputs must be identical everywhere.
     Prints and writes the report with PASS/FAIL for the issue's checks, each paired ratio with a
     distribution-free interval for its median (from 5 repeats on), so a verdict within the box's noise
     reads as such (a FAIL there is a result, not an error: the status stays 0).
 
     Exit statuses: 0 results written; 2 bad option value (or fewer held-out prompts here than
-    --prompts); 65 (EX_DATAERR) the cost table or calibration is missing or invalid; 66 (EX_NOINPUT)
-    the recipe's weights or the held-out files are missing; 69 (EX_UNAVAILABLE) the --energy source
+    --prompts); 65 (EX_DATAERR) the cost table or calibration is missing or invalid, or the DFlash
+    drafter is damaged or another model's; 66 (EX_NOINPUT) the recipe's weights, its DFlash drafter
+    (policy dflash) or the held-out files are missing; 69 (EX_UNAVAILABLE) the --energy source
     does not work here; 70 (EX_SOFTWARE) greedy outputs differ between policies or concurrencies, or a
     request failed (results are still written; each difference is named); 73 (EX_CANTCREAT) the results
     could not be written (the folder is checked before anything runs; the report is printed either way); 78 (EX_CONFIG) the table or calibration was measured under another key.
@@ -158,9 +163,17 @@ def policies(
             cost_state = boot_measured(model_recipe, settings, boot)
         except BootError as exc:
             raise _fail(exc.code, *exc.lines) from None
+    drafter = None
+    if "dflash" in names:
+        try:
+            drafter = load_drafter(shipped_path(model_recipe), model_recipe.id, getattr(torch, settings.dtype),
+                                   settings.device)
+        except DrafterError as exc:  # its status: 66 missing, 65 damaged or another model's
+            raise _fail(exc.status, f"error: {exc}") from None
     pools = VerifyPools(DEFAULT_POOLS.tiers, lift_wide_tier=lift_wide_tier)
     try:
-        factories = pol.policy_factories(names, model_recipe.config.mtp_depth, pools, cost_state, os.environ)
+        factories = pol.policy_factories(names, model_recipe.config.mtp_depth, pools, cost_state, os.environ,
+                                         drafter.block if drafter is not None else None)
         workload = pol.Workload(tuple(heldout), max_tokens or base["max_tokens"],
                                 concurrencies, repeats or base["repeats"])
     except ValueError as exc:
@@ -173,7 +186,7 @@ def policies(
                      f"{workload.repeats} repeats: {len(heldout)} prompts of {workload.max_tokens} tokens, "
                      f"{model_recipe.id} on {settings.device} ({settings.dtype}, {settings.threads} threads)")
         runs = pol.run_all(model, model_recipe.id, factories, workload,
-                           lambda done, total, label: reporter.step("runs", done, total, label))
+                           lambda done, total, label: reporter.step("runs", done, total, label), drafter)
     rows = summarise(runs, cost_state.table if cost_state else None)
     results = checks(rows, runs)
     problems = mismatches(runs)
@@ -221,9 +234,10 @@ def _policy_names(text: str | None) -> list[str]:
     if text is None:
         return list(pol.POLICIES)
     names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in pol.POLICIES]
+    choices = pol.POLICIES + pol.OPTIONAL_POLICIES
+    unknown = [n for n in names if n not in choices]
     if unknown or not names:
-        raise typer.BadParameter(f"{', '.join(unknown) or text!r} not among {', '.join(pol.POLICIES)}",
+        raise typer.BadParameter(f"{', '.join(unknown) or text!r} not among {', '.join(choices)}",
                                  param_hint="--policies")
     if len(set(names)) != len(names):
         raise typer.BadParameter(f"{text!r} names a policy twice", param_hint="--policies")

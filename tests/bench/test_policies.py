@@ -349,6 +349,50 @@ def test_cli_bad_options_exit_2(cli_env):
     assert r.exit_code == 2 and "--energy" in r.output
 
 
+@pytest.fixture
+def shipped_drafter(micro_recipe):
+    """Where the micro recipe's DFlash drafter ships (beside its weights), absent; removed again after the test."""
+    from met.model.dflash import shipped_path
+
+    path = shipped_path(micro_recipe)
+    path.unlink(missing_ok=True)
+    yield path
+    path.unlink(missing_ok=True)
+
+
+def test_cli_dflash_runs_the_recipes_block_drafter_when_named(cli_env, micro_recipe, shipped_drafter):
+    # not in the default set; named, it runs the drafter beside the weights with the rung's gamma: a single
+    # stream verifies drafts past position 4 (the MTP pools would clamp them to 4), outputs identical to off
+    from met.model.dflash import DflashConfig, DflashDrafter, save_drafter
+
+    tmp_path, args = cli_env
+    assert "dflash" not in pol.POLICIES
+    torch.manual_seed(0)
+    save_drafter(DflashDrafter(DflashConfig.for_target(micro_recipe.config, block=8, ffn_dim=32)), shipped_drafter,
+                 micro_recipe.id)
+    result = CliRunner().invoke(app, [*args, "--policies", "off,dflash"])
+    assert result.exit_code == EX_OK, result.output
+    doc = json.loads((tmp_path / "out" / "policies.json").read_text())
+    assert {(r["policy"], r["concurrency"]) for r in doc["rows"]} == {(p, c) for p in ("off", "dflash")
+                                                                      for c in (1, 2, 4)}
+    assert doc["outputs_identical"]
+    single = [r for r in doc["runs"] if r["policy"] == "dflash" and r["concurrency"] == 1]
+    assert single and all(len(r["proposed_at"]) > 4 and r["proposed_at"][4] > 0 for r in single)
+
+
+def test_cli_dflash_without_a_drafter_exits_66_saying_how_to_train_one(cli_env, shipped_drafter):
+    # the drafter is looked for beside the recipe's weights; none there: 66 before anything runs
+    tmp_path, args = cli_env
+    result = CliRunner().invoke(app, [*args, "--policies", "off,dflash"])
+    assert result.exit_code == 66 and "met model train --drafter dflash" in result.output, result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_policy_factories_refuse_dflash_without_a_drafter():
+    with pytest.raises(ValueError, match="DFlash drafter"):
+        pol.policy_factories(["dflash"], 3, DEFAULT_POOLS, None, {})
+
+
 def test_cli_help_lists_the_exit_statuses():
     # every status the command can end with is documented in --help
     result = CliRunner().invoke(app, ["bench", "policies", "--help"], env={"COLUMNS": "200"})
