@@ -144,8 +144,9 @@ class HfTokenizer:
         return WindowStream(self.decode, self._drops, self._fallback)
 
     def _drops(self, token: int) -> bool:
-        """Whether decode drops token: a special token, or an id past the vocabulary (a padded output row)."""
-        return token in self._special or token >= self.vocab_size
+        """Whether decode drops token: a special token, or an id no token has (a padded output row, a gap)."""
+        # not `token >= vocab_size`: ids may skip numbers, so an id past the token count can still be text
+        return token in self._special or self._tok.id_to_token(token) is None
 
 
 def _has_byte_fallback(decoder: dict | None) -> bool:

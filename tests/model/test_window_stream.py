@@ -138,3 +138,21 @@ def test_byte_fallback_stream_equals_one_shot_decode(byte_fallback, data):
     tok, byte_id = byte_fallback
     ids = data.draw(_token_lists(tok, byte_id, [0, 1, 2]))
     assert "".join(streamed(tok.stream(), ids)) == tok.decode(ids)
+
+
+def test_an_id_above_a_gap_in_the_vocabulary_is_text_not_dropped(tmp_path):
+    # ids need not be contiguous: "▁far" is 400 in a vocabulary of 261 tokens, and decode reads it; the
+    # stream took every id at or past the token count for a padded output row and dropped it
+    from tokenizers import Tokenizer, decoders, models
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2} | {f"<0x{b:02X}>": 3 + b for b in range(256)}
+    vocab |= {"▁x": 259, "▁far": 400}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>", byte_fallback=True))
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    tok.add_special_tokens(["<unk>", "<s>", "</s>"])
+    tok.save(str(tmp_path / "tokenizer.json"))
+    hf = HfTokenizer(tmp_path / "tokenizer.json", [2])
+    assert hf.vocab_size < 400
+    for ids in ([259, 400, 259], [3 + 0x41, 400, 3 + 0x42], [259, 401, 259]):  # 401: no token, dropped
+        assert "".join(streamed(hf.stream(), ids)) == hf.decode(ids)
