@@ -113,7 +113,10 @@ def train_cmd(
         except (UnusableCheckpoint, PastSteps, ChangedParams) as e:
             raise _checkpoint_refused(e) from None
     log.close()
-    digest = save_weights(model, out_dir / f"{preset}.safetensors")
+    try:
+        digest = save_weights(model, out_dir / f"{preset}.safetensors")
+    except OSError as e:
+        raise unwritable(out_dir, e) from None
     card = {
         "recipe": preset,
         "digest": digest,
@@ -137,17 +140,21 @@ def train_cmd(
         card["acceptance"] = mtp_acceptance(model.eval(), prompts=16, max_tokens=min(128, cfg.max_seq_len // 4),
                                             depth=min(4, cfg.mtp_depth),
                                             prompt_bytes=min(256, cfg.max_seq_len // 2))
-    write_card(card, out_dir / f"{preset}.card.json")
+    try:
+        write_card(card, out_dir / f"{preset}.card.json")
+    except OSError as e:
+        raise unwritable(out_dir, e) from None
     console.print(f"wrote {out_dir / (preset + '.safetensors')} (digest {digest}) and its card")
 
 
 def _train_dflash(target: str, out_dir: Path, steps: int | None, batch: int | None, seq_len: int | None,
                   lr: float | None, eval_every: int | None, seed: int) -> None:
     from met.engine.train_dflash_cli import train_dflash_cmd
+    from met.model.dflash import DflashConfig
     from met.model.recipes import RecipeError, embedded
 
     try:
-        embedded(target, verify=False)  # an unknown target is refused before OUT_DIR is made
+        recipe = embedded(target, verify=False)  # an unknown target is refused before OUT_DIR is made
         params = DflashTrainParams(steps=_or(steps, _DF.steps), batch=_or(batch, _DF.batch),
                                    seq_len=_or(seq_len, _DF.seq_len), lr=_or(lr, _DF.lr),
                                    eval_every=_or(eval_every, _DF.eval_every), seed=seed)
@@ -155,6 +162,12 @@ def _train_dflash(target: str, out_dir: Path, steps: int | None, batch: int | No
         raise fail(str(e), e.status) from None
     except ValueError as e:
         raise fail(str(e), 2) from None
+    # a window holds a block's context and token rows and its drafts, within the target's context
+    shortest, longest = DflashConfig.for_target(recipe.config).block + 2, recipe.config.max_seq_len
+    if not shortest <= params.seq_len <= longest:
+        raise fail(f"--seq-len {params.seq_len} does not fit a drafter for {target}: a window holds its block "
+                   f"and 2 rows ({shortest} tokens) within the target's context of {longest}; pass --seq-len "
+                   f"{shortest}..{longest}", 2)
     _open_log(out_dir).close()
     try:
         train_dflash_cmd(target, out_dir, params, {}, console)
@@ -186,6 +199,13 @@ def _open_log(out_dir: Path) -> TextIO:
         except OSError as e:
             why = e.strerror or str(e)
     raise fail(f"cannot write to --out-dir {out_dir}: {why}; pass a folder you can write", EX_CANTCREAT)
+
+
+def unwritable(out_dir: Path, e: OSError) -> typer.Exit:
+    """Exit 73 naming a file of out_dir that could not be written (the weights or card path a folder, a full disk)."""
+    path = e.filename2 or e.filename or out_dir
+    return fail(f"cannot write {path}: {e.strerror or e}; make room for it in --out-dir {out_dir} or pass another "
+                "--out-dir", EX_CANTCREAT)
 
 
 def _checkpoint_refused(e: UnusableCheckpoint | PastSteps | ChangedParams) -> typer.Exit:

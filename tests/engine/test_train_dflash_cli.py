@@ -52,3 +52,23 @@ def test_train_dflash_refuses_a_corrupt_checkpoint(micro_recipe, tmp_path):
     assert result.exit_code == 65, result.output
     assert f"{tmp_path / 'dflash_ckpt.pt'} is not a readable checkpoint" in result.output
     assert (tmp_path / "dflash_ckpt.pt").read_bytes() == b"garbage"
+
+
+@pytest.mark.parametrize("seq_len", ["17", "129"])
+def test_train_dflash_refuses_a_seq_len_its_windows_cannot_hold(micro_recipe, tmp_path, seq_len):
+    # micro-t's drafter needs windows of 16 drafts + 2 rows within its context of 128: the option is named, with
+    # the range, before OUT_DIR is made (a ValueError on "windows of 17 tokens" after loading the target before)
+    result = CliRunner().invoke(app, ["model", "train", "--drafter", "dflash", "--target", "micro-t", "--steps", "1",
+                                      "--batch", "2", "--seq-len", seq_len, "--out-dir", str(tmp_path / "run")])
+    assert result.exit_code == 2, result.output
+    assert f"--seq-len {seq_len} does not fit a drafter for micro-t" in result.output
+    assert "pass --seq-len 18..128" in result.output and not (tmp_path / "run").exists()
+
+
+def test_train_dflash_card_that_cannot_be_written_exits_73(micro_recipe, tmp_path):
+    # a folder where the card goes: one line naming it (an IsADirectoryError traceback before)
+    (tmp_path / "micro-t.dflash.card.json").mkdir()
+    result = CliRunner().invoke(app, ["model", "train", "--drafter", "dflash", "--target", "micro-t", "--steps", "1",
+                                      "--batch", "2", "--seq-len", "64", "--out-dir", str(tmp_path)])
+    assert result.exit_code == 73, result.output
+    assert f"error: cannot write {tmp_path / 'micro-t.dflash.card.json'}: Is a directory" in result.output

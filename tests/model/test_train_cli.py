@@ -107,8 +107,8 @@ def test_an_out_dir_that_cannot_be_made_exits_73(no_training, tmp_path, monkeypa
 def test_dflash_out_dir_that_cannot_be_made_exits_73(no_training, micro_embedded, tmp_path):
     # the drafter's trainer refuses the same way, before loading its target
     (tmp_path / "a-file").write_text("")
-    result = _run("model", "train", "--drafter", "dflash", "--target", "micro-t", "--out-dir",
-                  str(tmp_path / "a-file"))
+    result = _run("model", "train", "--drafter", "dflash", "--target", "micro-t", "--seq-len", "64", "--out-dir",
+                  str(tmp_path / "a-file"))  # the default 256 is past micro-t's context: refused first, as for mtp
     assert result.exit_code == 73 and "it is a file, not a folder" in result.output
 
 
@@ -161,3 +161,14 @@ def test_help_lists_the_exit_statuses():
     assert "Exit statuses:" in result.output
     for status in ("65 (EX_DATAERR)", "66 (EX_NOINPUT)", "73 (EX_CANTCREAT)", "0<=x<=1024"):
         assert status in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("name", ["micro.safetensors", "micro.card.json"])
+def test_weights_or_card_that_cannot_be_written_exit_73(tiny_corpus, monkeypatch, tmp_path, name):
+    # a folder where the weights or the card go: one line naming the file (an IsADirectoryError traceback before)
+    monkeypatch.setattr(train_cli, "mtp_acceptance", lambda *a, **k: {})
+    (tmp_path / name).mkdir()
+    result = _run(*MICRO, "--steps", "1", "--eval-every", "1", "--out-dir", str(tmp_path))
+    assert result.exit_code == 73, result.output
+    assert f"error: cannot write {tmp_path / name}: Is a directory" in result.output
+    assert "Traceback" not in result.output
