@@ -112,6 +112,8 @@ def train_cmd(
             stats = train(model, train_split, heldout, params, out_dir / "ckpt.pt", on_step)
         except (UnusableCheckpoint, PastSteps, ChangedParams) as e:
             raise _checkpoint_refused(e) from None
+        except OSError as e:  # a checkpoint that cannot be written
+            raise unwritable(out_dir, e) from None
     log.close()
     try:
         digest = save_weights(model, out_dir / f"{preset}.safetensors")

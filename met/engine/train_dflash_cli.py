@@ -44,8 +44,11 @@ def train_dflash_cmd(target_name: str, out_dir: Path, params: DflashTrainParams,
             log.flush()
             console.print(line)
 
-    stats = train_dflash(drafter, target, train_split, heldout, params, out_dir / "dflash_ckpt.pt", on_step,
-                         recipe.id)
+    try:
+        stats = train_dflash(drafter, target, train_split, heldout, params, out_dir / "dflash_ckpt.pt", on_step,
+                             recipe.id)
+    except OSError as e:  # a checkpoint that cannot be written
+        raise unwritable(out_dir, e) from None
     path = out_dir / f"{recipe.name}.dflash.safetensors"
     try:
         digest = save_drafter(drafter, path, recipe.id)

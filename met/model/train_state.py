@@ -119,5 +119,9 @@ def save(ckpt: Path, key: str, module: torch.nn.Module, opt: torch.optim.Optimiz
     if target is not None:
         state["target"] = target
     tmp = ckpt.with_suffix(".tmp")
-    torch.save(state, tmp)
+    try:
+        torch.save(state, tmp)
+    except RuntimeError as exc:  # torch's file writer reports an unwritable path (a folder there, a full disk) so
+        reason = str(exc).rpartition("strerror: ")[2] or str(exc)  # "[enforce fail at ...] ... strerror: Is a directory"
+        raise OSError(0, reason, str(tmp)) from None
     tmp.replace(ckpt)

@@ -65,10 +65,12 @@ def test_train_dflash_refuses_a_seq_len_its_windows_cannot_hold(micro_recipe, tm
     assert "pass --seq-len 18..128" in result.output and not (tmp_path / "run").exists()
 
 
-def test_train_dflash_card_that_cannot_be_written_exits_73(micro_recipe, tmp_path):
-    # a folder where the card goes: one line naming it (an IsADirectoryError traceback before)
-    (tmp_path / "micro-t.dflash.card.json").mkdir()
+@pytest.mark.parametrize("name", ["micro-t.dflash.card.json", "dflash_ckpt.tmp"])
+def test_train_dflash_card_or_checkpoint_that_cannot_be_written_exits_73(micro_recipe, tmp_path, name):
+    # a folder where the card or the checkpoint goes: one line naming it (a traceback before)
+    (tmp_path / name).mkdir()
     result = CliRunner().invoke(app, ["model", "train", "--drafter", "dflash", "--target", "micro-t", "--steps", "1",
-                                      "--batch", "2", "--seq-len", "64", "--out-dir", str(tmp_path)])
+                                      "--batch", "2", "--seq-len", "64", "--eval-every", "1", "--out-dir",
+                                      str(tmp_path)])
     assert result.exit_code == 73, result.output
-    assert f"error: cannot write {tmp_path / 'micro-t.dflash.card.json'}: Is a directory" in result.output
+    assert f"error: cannot write {tmp_path / name}: Is a directory" in result.output

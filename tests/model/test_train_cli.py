@@ -163,9 +163,9 @@ def test_help_lists_the_exit_statuses():
         assert status in " ".join(result.output.split())
 
 
-@pytest.mark.parametrize("name", ["micro.safetensors", "micro.card.json"])
+@pytest.mark.parametrize("name", ["micro.safetensors", "micro.card.json", "ckpt.tmp"])
 def test_weights_or_card_that_cannot_be_written_exit_73(tiny_corpus, monkeypatch, tmp_path, name):
-    # a folder where the weights or the card go: one line naming the file (an IsADirectoryError traceback before)
+    # a folder where the weights, the card or the checkpoint go: one line naming the file (a traceback before)
     monkeypatch.setattr(train_cli, "mtp_acceptance", lambda *a, **k: {})
     (tmp_path / name).mkdir()
     result = _run(*MICRO, "--steps", "1", "--eval-every", "1", "--out-dir", str(tmp_path))
