@@ -70,7 +70,8 @@ DeviceOpt = Annotated[str | None, typer.Option(
 DtypeOpt = Annotated[str | None, typer.Option(
     "--dtype", help="Model dtype (default: bfloat16 on cuda, float32 on cpu).", show_default=False)]
 LiftOpt = Annotated[bool, typer.Option(
-    "--lift-wide-tier", help="Let widths 9..=16 verify two drafts, as met serve --lift-wide-tier.")]
+    "--lift-wide-tier", help="Let widths 9..=16 verify two drafts, as met serve --lift-wide-tier (the MTP and "
+    "prompt-lookup policies; dflash sizes its own pools from its rung).")]
 OutDirOpt = Annotated[Path, typer.Option(
     "--out-dir", help=f"Folder of the results: {', '.join(OUT_NAMES)}.")]
 QuickOpt = Annotated[bool, typer.Option(

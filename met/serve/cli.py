@@ -110,7 +110,7 @@ def serve(
                                  param_hint="--drafter")
     if lift_wide_tier and spec == "dflash":
         raise typer.BadParameter("it lifts the MTP verify pools; --spec dflash sizes its pools from the DFlash rung "
-                                 "(two drafts at widths 9..=16 already)", param_hint="--lift-wide-tier")
+                                 "(its gamma at every width, up to the drafter's block)", param_hint="--lift-wide-tier")
     if energy not in ENERGY:
         raise typer.BadParameter(f"{energy!r} is not one of {', '.join(ENERGY)}", param_hint="--energy")
     if log_level.lower() not in server.LOG_LEVELS:
