@@ -29,14 +29,15 @@ from met.model.weights import save_weights, write_card
 
 _D = TrainParams()
 _DF = DflashTrainParams()
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # a line to a log or pipe stays one line (no wrap at 80 columns)
 
 
 def train_cmd(
     out_dir: Annotated[Path | None, typer.Option(
         help="Folder for checkpoints, weights and the card (default: runs/met-tiny-py; dflash: runs/<target>-dflash).",
         show_default=False)] = None,
-    preset: Annotated[str, typer.Option(help="Model config preset.")] = "met-tiny-py",
+    preset: Annotated[str | None, typer.Option(
+        help="Model config preset [default: met-tiny-py] (not with --drafter dflash).", show_default=False)] = None,
     steps: Annotated[int | None, typer.Option(min=1, help=f"Optimizer steps [default: {_D.steps}].",
                                               show_default=False)] = None,
     batch: Annotated[int | None, typer.Option(min=1, help=f"Sequences per step [default: {_D.batch}].",
@@ -54,7 +55,8 @@ def train_cmd(
         help="mtp: train the model with its MTP module; dflash: train a DFlash block drafter against the frozen "
              "--target (then --steps, --batch, --seq-len, --lr, --eval-every are the drafter's, default "
              f"{_DF.steps}, {_DF.batch}, {_DF.seq_len}, {_DF.lr}, {_DF.eval_every}).")] = "mtp",
-    target: Annotated[str, typer.Option(help="--drafter dflash: the embedded recipe to draft for.")] = "met-tiny-py",
+    target: Annotated[str | None, typer.Option(
+        help="--drafter dflash: the embedded recipe to draft for [default: met-tiny-py].", show_default=False)] = None,
 ) -> None:
     """Train the recipe on this interpreter's stdlib source (resumes from OUT_DIR/ckpt.pt), or its DFlash drafter.
 
@@ -74,9 +76,16 @@ def train_cmd(
     if lr is not None and not (math.isfinite(lr) and lr > 0):
         raise fail(f"--lr {lr} must be a finite number above 0 (e.g. {_D.lr})", 2)
     if drafter == "dflash":
+        if preset is not None:  # the drafter's shape comes from its target: a preset would be silently ignored
+            raise fail("--preset is for --drafter mtp; a DFlash drafter takes its shape from --target", 2)
+        target = target or "met-tiny-py"
         _apply_threads(threads)
         _train_dflash(target, out_dir or Path(f"runs/{target}-dflash"), steps, batch, seq_len, lr, eval_every, seed)
         return
+    if target is not None:  # it would be silently ignored
+        raise fail("--target is for --drafter dflash (the recipe a DFlash drafter is trained against); --drafter mtp "
+                   "trains --preset", 2)
+    preset = preset or "met-tiny-py"
     out_dir = out_dir or Path("runs/met-tiny-py")
     try:
         cfg = ModelConfig.from_name(preset)

@@ -44,6 +44,16 @@ def test_train_refuses_an_unknown_drafter_and_target(micro_recipe):
     assert result.exit_code == 66 and "no embedded recipe 'nope'" in result.output
 
 
+def test_train_refuses_an_option_of_the_other_drafter(micro_recipe, tmp_path):
+    # --target with --drafter mtp and --preset with --drafter dflash were ignored (exit 0 training something else)
+    result = CliRunner().invoke(app, ["model", "train", "--target", "nope", "--out-dir", str(tmp_path / "a")])
+    assert result.exit_code == 2 and "--target is for --drafter dflash" in result.output, result.output
+    result = CliRunner().invoke(app, ["model", "train", "--drafter", "dflash", "--preset", "micro", "--out-dir",
+                                      str(tmp_path / "b")])
+    assert result.exit_code == 2 and "--preset is for --drafter mtp" in result.output, result.output
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
 def test_train_dflash_refuses_a_corrupt_checkpoint(micro_recipe, tmp_path):
     # an unreadable dflash_ckpt.pt exits 65 naming it (was an UnpicklingError traceback), and is kept
     (tmp_path / "dflash_ckpt.pt").write_bytes(b"garbage")
