@@ -52,15 +52,21 @@ class Policy(Protocol):
 
 def clamp_depths(depth: int, runner: ModelRunner, seqs: Sequence[SeqState],
                  pools: VerifyPools = DEFAULT_POOLS) -> tuple[tuple[int, ...], str]:
-    """Per sequence, depth clamped to slot capacity and remaining tokens; and the clamp's reason ("" if none)."""
+    """Per sequence, depth clamped to slot capacity and remaining tokens; and every clamp that cut it ("" if none).
+
+    The reasons, in the order they apply: "clamp:pool" (the width tier's verify pool holds fewer),
+    "clamp:kv" (a sequence's KV room holds fewer still), "clamp:remaining" (a sequence has fewer
+    tokens left to generate), joined by ", ".
+    """
     if not seqs:
         return (), ""
     lens = [runner.length(s.slot) for s in seqs]
     capped = clamp_drafts_to_slot_capacity(depth, lens, [runner.max_len] * len(seqs), pools)
     final = tuple(max(0, min(c, s.remaining - 1)) for c, s in zip(capped, seqs))
-    if all(c == depth for c in capped):
-        return final, "" if all(f == depth for f in final) else "clamp:remaining"
-    return final, "clamp:pool" if pools.max_drafts(len(seqs)) < depth else "clamp:kv"
+    pool = min(depth, pools.max_drafts(len(seqs)))
+    reasons = ("clamp:pool" if pool < depth else "", "clamp:kv" if any(c < pool for c in capped) else "",
+               "clamp:remaining" if any(f < c for f, c in zip(final, capped)) else "")
+    return final, ", ".join(r for r in reasons if r)
 
 
 def drafting(mode: str, depths: Sequence[int]) -> str:

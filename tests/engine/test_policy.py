@@ -89,6 +89,13 @@ def test_clamps_kv_room_and_remaining_tokens():
     assert clamp_depths(4, _runner(), _seqs(1, max_tokens=2)) == ((1,), "clamp:remaining")
 
 
+def test_a_step_clamped_several_ways_names_every_clamp():
+    # the pool holds 4 at width 1, the KV room 2, the request has 2 tokens left: all three cut (only kv was named)
+    assert clamp_depths(6, _runner(length=125), _seqs(1, max_tokens=2)) == (
+        (1,), "clamp:pool, clamp:kv, clamp:remaining")
+    assert clamp_depths(4, _runner(length=125), _seqs(1, max_tokens=2)) == ((1,), "clamp:kv, clamp:remaining")
+
+
 @pytest.mark.parametrize("make", [
     lambda: MtpFixedPolicy(2, 4, DEFAULT_POOLS),
     lambda: MtpLadderPolicy(4, DEFAULT_POOLS, {}),
