@@ -313,12 +313,14 @@ class Scheduler:
         self.running.remove(seq)
         self.runner.release(seq.slot)
         heapq.heappush(self.free_slots, seq.slot)
+        if event is None:
+            tail = seq.text.finish()
+            if reason == "length" and seq.text.stopped_by is not None:
+                reason = "stop"  # the flush (a cut character become U+FFFD) completed a stop string
+            event = Finished(reason, tail, len(seq.request.prompt), seq.text.tokens)
         self.counters.record_finish(reason)
         if self.host_drafts and reason in ("stop", "length"):
             self.shared.add_request(self.scope(seq.request), [*seq.request.prompt, *seq.generated])
-        if event is None:
-            tail = seq.text.finish()
-            event = Finished(reason, tail, len(seq.request.prompt), seq.text.tokens)
         seq.sink.put(event)
 
     def _publish(self, plan: StepPlan | None) -> None:

@@ -154,6 +154,17 @@ def test_eos_stop_strings_and_max_tokens():
     assert out[2][0] == "one. tw" and (out[2][1].reason, out[2][1].completion_tokens) == ("length", 7)
 
 
+def test_a_stop_string_the_last_flush_completes_ends_with_stop():
+    # max_tokens cuts "€" after two of its bytes; the flush makes them U+FFFD and completes the stop string
+    # "b\ufffd": the text is cut before it and the reason is "stop", as when any other token completes one
+    script = encode("ab") + list("€".encode())[:2] + encode("cd")
+    runner = ScriptedRunner({(1,): script, (2,): script})
+    sched = Scheduler(runner, PlainPolicy(), "t@t")
+    out = _drive(sched, [Request("cut", (1,), 4, stop=("b\ufffd",)), Request("plain", (2,), 4)])
+    assert (out[0][0], out[0][1].reason) == ("a", "stop")
+    assert (out[1][0], out[1][1].reason) == ("ab\ufffd", "length")
+
+
 class _Boom(PlainPolicy):
     def __init__(self):
         self.fail = True
