@@ -125,7 +125,9 @@ class HfTokenizer:
                                   "with AutoTokenizer.from_pretrained(...).save_pretrained(folder)") from None
         self.name = f"hf-{hashlib.sha256(data).hexdigest()[:16]}"
         self.eos_ids = frozenset(eos_ids)
-        self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+        # ids a prompt may hold are 0..vocab_size-1 (the Tokenizer protocol): one past the highest id, which is
+        # above the token count where ids skip numbers
+        self.vocab_size = max(self._tok.get_vocab(with_added_tokens=True).values(), default=-1) + 1
         # what a stream needs to know of decode: the special ids it drops, the byte tokens of a ByteFallback decoder
         self._special = frozenset(i for i, t in self._tok.get_added_tokens_decoder().items() if t.special)
         self._fallback = _byte_tokens(self._tok.get_vocab(with_added_tokens=True)) if _has_byte_fallback(
