@@ -6,6 +6,8 @@ sub-app (met.model.cli.model_app) beside `met model info`.
 
 import math
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, TextIO
@@ -118,16 +120,13 @@ def train_cmd(
             progress.update(task, completed=step, info=info)
 
         try:
-            stats = train(model, train_split, heldout, params, out_dir / "ckpt.pt", on_step)
+            with writing(out_dir):  # its checkpoints
+                stats = train(model, train_split, heldout, params, out_dir / "ckpt.pt", on_step)
         except (UnusableCheckpoint, PastSteps, ChangedParams) as e:
             raise _checkpoint_refused(e) from None
-        except OSError as e:  # a checkpoint that cannot be written
-            raise unwritable(out_dir, e) from None
     log.close()
-    try:
+    with writing(out_dir):
         digest = save_weights(model, out_dir / f"{preset}.safetensors")
-    except OSError as e:
-        raise unwritable(out_dir, e) from None
     card = {
         "recipe": preset,
         "digest": digest,
@@ -151,10 +150,8 @@ def train_cmd(
         card["acceptance"] = mtp_acceptance(model.eval(), prompts=16, max_tokens=min(128, cfg.max_seq_len // 4),
                                             depth=min(4, cfg.mtp_depth),
                                             prompt_bytes=min(256, cfg.max_seq_len // 2))
-    try:
+    with writing(out_dir):
         write_card(card, out_dir / f"{preset}.card.json")
-    except OSError as e:
-        raise unwritable(out_dir, e) from None
     console.print(f"wrote {out_dir / (preset + '.safetensors')} (digest {digest}) and its card")
 
 
@@ -212,11 +209,16 @@ def _open_log(out_dir: Path) -> TextIO:
     raise fail(f"cannot write to --out-dir {out_dir}: {why}; pass a folder you can write", EX_CANTCREAT)
 
 
-def unwritable(out_dir: Path, e: OSError) -> typer.Exit:
-    """Exit 73 naming a file of out_dir that could not be written (the weights or card path a folder, a full disk)."""
-    path = e.filename2 or e.filename or out_dir
-    return fail(f"cannot write {path}: {e.strerror or e}; make room for it in --out-dir {out_dir} or pass another "
-                "--out-dir", EX_CANTCREAT)
+@contextmanager
+def writing(out_dir: Path) -> Iterator[None]:
+    """Writes into out_dir: an OSError among them (a checkpoint, weights or card path a folder, a full disk) exits 73
+    naming the file."""
+    try:
+        yield
+    except OSError as e:
+        path = e.filename2 or e.filename or out_dir
+        raise fail(f"cannot write {path}: {e.strerror or e}; make room for it in --out-dir {out_dir} or pass "
+                   "another --out-dir", EX_CANTCREAT) from None
 
 
 def _checkpoint_refused(e: UnusableCheckpoint | PastSteps | ChangedParams) -> typer.Exit:

@@ -11,7 +11,7 @@ import torch
 from rich.console import Console
 
 from met.engine.evaluate import dflash_acceptance
-from met.engine.train_cli import unwritable
+from met.engine.train_cli import writing
 from met.model.corpus import load_split
 from met.model.dflash import DflashConfig, DflashDrafter, save_drafter
 from met.model.dflash_train import DflashTrainParams, train_dflash
@@ -24,7 +24,7 @@ def train_dflash_cmd(target_name: str, out_dir: Path, params: DflashTrainParams,
     """Train, then write OUT_DIR/<target>.dflash.safetensors and <target>.dflash.card.json (resumes from a checkpoint).
 
     Raises RecipeError (no such target) or ValueError (bad shapes); the caller turns them into exit statuses.
-    A drafter or card that cannot be written exits 73 here (train_cli.unwritable), naming the file.
+    A checkpoint, drafter or card that cannot be written exits 73 here (train_cli.writing), naming the file.
     """
     recipe = embedded(target_name)
     target = recipe.load()
@@ -44,16 +44,12 @@ def train_dflash_cmd(target_name: str, out_dir: Path, params: DflashTrainParams,
             log.flush()
             console.print(line)
 
-    try:
+    with writing(out_dir):  # its checkpoints
         stats = train_dflash(drafter, target, train_split, heldout, params, out_dir / "dflash_ckpt.pt", on_step,
                              recipe.id)
-    except OSError as e:  # a checkpoint that cannot be written
-        raise unwritable(out_dir, e) from None
     path = out_dir / f"{recipe.name}.dflash.safetensors"
-    try:
+    with writing(out_dir):
         digest = save_drafter(drafter, path, recipe.id)
-    except OSError as e:
-        raise unwritable(out_dir, e) from None
     card = {
         "drafter": "dflash",
         "target": recipe.id,
@@ -68,9 +64,7 @@ def train_dflash_cmd(target_name: str, out_dir: Path, params: DflashTrainParams,
                                         max_tokens=min(128, recipe.config.max_seq_len // 4),
                                         prompt_bytes=min(256, recipe.config.max_seq_len // 2)),
     }
-    try:
+    with writing(out_dir):
         write_card(card, out_dir / f"{recipe.name}.dflash.card.json")
-    except OSError as e:
-        raise unwritable(out_dir, e) from None
     console.print(f"wrote {path} (digest {digest}) and its card; ship both beside the recipe's weights "
                   f"(met/model/weights/) for met generate --spec dflash")
