@@ -24,6 +24,8 @@ from met.model.corpus import calibration_windows
 from met.model.recipes import embedded
 from met.model.tokenizer import encode
 
+from report import publish
+
 EDGES = (0.0, -0.05, -0.2, -0.5, -1.0, -2.0, float("-inf"))  # log-prob bins (upper, lower]
 DEPTH, WIDTH, CONTEXT = 3, 16, 256
 
@@ -73,9 +75,7 @@ def main() -> None:
             lines.append(f"| ({lower:g}, {upper:g}] | {n} | {sum(r[2] for r in sel) / n:.2f} | "
                          f"{sum(r[3] for r in sel) / n:.2f} | {sum(r[4] for r in sel) / n:.2f} | "
                          f"{sum(r[5] for r in sel) / n:.2f} |")
-    text = "\n".join(lines) + "\n"
-    args.out.write_text(text)
-    print(text)
+    publish(lines, args.out)
 
 
 if __name__ == "__main__":

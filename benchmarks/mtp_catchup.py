@@ -25,6 +25,8 @@ from met.model.recipes import embedded
 from met.model.tokenizer import encode
 from met.speculative.catchup import CATCHUP_SHARED_ROWS
 
+from report import publish
+
 PLAIN_STEPS = ("prompt", 0, 1, 4, 16, 32)  # "prompt": the first draft after prefill
 
 
@@ -88,10 +90,7 @@ def main() -> None:
             step = f"{statistics.median(steps) * 1e3:.2f}" if steps else "-"
             lines.append(f"| {width} | {plain} | {new:.2f} | {old:.2f} | {old / new:.2f}x | {step} |")
             print(lines[-1], flush=True)
-    text = "\n".join(lines) + "\n"
-    if args.out:
-        args.out.write_text(text)
-    print(text)
+    publish(lines, args.out)
 
 
 if __name__ == "__main__":
