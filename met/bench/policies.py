@@ -35,6 +35,7 @@ from met.speculative.spec_cost import SpecCostState
 FIXED_DEPTHS = (1, 2, 3, 4)
 POLICIES = ("off", *(f"fixed-{k}" for k in FIXED_DEPTHS), "static", "prompt-lookup", "measured")  # the default set
 OPTIONAL_POLICIES = ("dflash",)  # run only when named: the recipe's DFlash block drafter, as met serve --spec dflash
+CHOICES = POLICIES + OPTIONAL_POLICIES  # every name --policies takes
 LOOKUP_DEPTH = 4  # prompt lookup's most drafts per step: the serve's --lookup-depth default
 WARMUP_TOKENS = 8  # tokens per request of the warm-up run (enough for every step kind to run)
 PROMPT_OFFSET, PROMPT_BYTES = 1024, 256  # from byte 1024 of each held-out file: the calibration saw the openings
@@ -99,7 +100,7 @@ def policy_factories(names: Sequence[str], num_drafts: int, pools: VerifyPools, 
                 raise ValueError("policy 'dflash' needs the recipe's DFlash drafter (met model train --drafter dflash)")
             out[name] = lambda: DflashPolicy(RunnerDflash(dflash_block))
         else:
-            raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES + OPTIONAL_POLICIES)}")
+            raise ValueError(f"unknown policy {name!r}; choose from {', '.join(CHOICES)}")
         if num_drafts < 1 and name not in ("off", "prompt-lookup", "dflash"):
             raise ValueError(f"policy {name!r} drafts with MTP, but the model has no MTP module")
     return out

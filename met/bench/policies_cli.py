@@ -235,10 +235,9 @@ def _policy_names(text: str | None) -> list[str]:
     if text is None:
         return list(pol.POLICIES)
     names = [n.strip() for n in text.split(",") if n.strip()]
-    choices = pol.POLICIES + pol.OPTIONAL_POLICIES
-    unknown = [n for n in names if n not in choices]
+    unknown = [n for n in names if n not in pol.CHOICES]
     if unknown or not names:
-        raise typer.BadParameter(f"{', '.join(unknown) or text!r} not among {', '.join(choices)}",
+        raise typer.BadParameter(f"{', '.join(unknown) or text!r} not among {', '.join(pol.CHOICES)}",
                                  param_hint="--policies")
     if len(set(names)) != len(names):
         raise typer.BadParameter(f"{text!r} names a policy twice", param_hint="--policies")
