@@ -43,7 +43,7 @@ class CompletionRequest(BaseModel):
     suffix: None = None
     presence_penalty: Literal[0, 0.0] | None = 0.0
     frequency_penalty: Literal[0, 0.0] | None = 0.0
-    logit_bias: None = None
+    logit_bias: None = None  # no bias is applied: {} (LangChain's default) is taken as null
     user: str | None = None
 
     @field_validator("stop")
@@ -64,6 +64,15 @@ class CompletionRequest(BaseModel):
             info.field_name, ("number", int | float))
         if value is not None and (not isinstance(value, types) or isinstance(value, bool) != (types is bool)):
             raise ValueError(f"Input should be a valid {want}")
+        return value
+
+    @field_validator("logit_bias", mode="before")
+    @classmethod
+    def _no_bias(cls, value: object) -> object:
+        if isinstance(value, dict) and not value:
+            return None  # an empty map biases nothing: what a client sends for "no bias"
+        if isinstance(value, dict):
+            raise ValueError("token biases are not applied by this server; send {} or null, or leave it out")
         return value
 
     @field_validator("prompt", mode="before")
