@@ -128,10 +128,14 @@ class HfTokenizer:
         # ids a prompt may hold are 0..vocab_size-1 (the Tokenizer protocol): one past the highest id, which is
         # above the token count where ids skip numbers
         self.vocab_size = max(self._tok.get_vocab(with_added_tokens=True).values(), default=-1) + 1
-        # what a stream needs to know of decode: the special ids it drops, the byte tokens of a ByteFallback decoder
-        self._special = frozenset(i for i, t in self._tok.get_added_tokens_decoder().items() if t.special)
+        # what a stream needs to know of decode: the special texts it drops, the byte tokens of a ByteFallback decoder.
+        # decode drops a token by its text: any text an entry of "added_tokens" marks special (and not empty), even
+        # where a later entry of the same text is not special; get_added_tokens_decoder shows that later entry alone
+        doc = json.loads(data)
+        self._special = frozenset(t["content"] for t in doc.get("added_tokens") or ()
+                                  if t.get("special") and t["content"])
         self._fallback = _byte_tokens(self._tok.get_vocab(with_added_tokens=True)) if _has_byte_fallback(
-            json.loads(data).get("decoder")) else {}
+            doc.get("decoder")) else {}
 
     def encode(self, text: str) -> list[int]:
         """Token ids of text, with the template's special tokens (as transformers' tokenizer(text) gives)."""
@@ -148,7 +152,8 @@ class HfTokenizer:
     def _drops(self, token: int) -> bool:
         """Whether decode drops token: a special token, or an id no token has (a padded output row, a gap)."""
         # not `token >= vocab_size`: ids may skip numbers, so an id past the token count can still be text
-        return token in self._special or self._tok.id_to_token(token) is None
+        text = self._tok.id_to_token(token)
+        return text is None or text in self._special
 
 
 def _has_byte_fallback(decoder: dict | None) -> bool:

@@ -156,3 +156,24 @@ def test_an_id_above_a_gap_in_the_vocabulary_is_text_not_dropped(tmp_path):
     assert hf.vocab_size == 401  # ids 0..400, as the Tokenizer protocol reads it, though it holds 261 tokens
     for ids in ([259, 400, 259], [3 + 0x41, 400, 3 + 0x42], [259, 401, 259]):  # 401: no token, dropped
         assert "".join(streamed(hf.stream(), ids)) == hf.decode(ids)
+
+
+def test_a_token_decode_drops_by_its_special_text_is_skipped_inside_a_byte_run(tmp_path):
+    # a hand-edited tokenizer.json lists "<s>" twice, the later entry not special: the library's decode still
+    # drops id 1 (it drops special tokens by text), so inside a byte run it must not end the run, as a special does
+    import json
+
+    from tokenizers import Tokenizer, decoders, models
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2} | {f"<0x{b:02X}>": 3 + b for b in range(256)} | {"▁x": 259}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>", byte_fallback=True))
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    tok.add_special_tokens(["<unk>", "<s>", "</s>"])
+    doc = json.loads(tok.to_str())
+    doc["added_tokens"].append(dict(doc["added_tokens"][1], special=False))  # "<s>" again, id 1, not special
+    (tmp_path / "tokenizer.json").write_text(json.dumps(doc))
+    hf = HfTokenizer(tmp_path / "tokenizer.json", [2])
+    ids = [259, 3 + 0xE6, 1, 3 + 0x97, 3 + 0xA5, 259]  # 日 is E6 97 A5
+    assert hf.decode(ids) == "x日 x"
+    assert streamed(hf.stream(), ids) == ["x", "", "", "", "", "日 x", ""]
