@@ -224,11 +224,11 @@ async def _stream(service: Service, req: Request, sink: LoopSink, model: str, cr
             event = await sink.queue.get()
             if isinstance(event, Delta):
                 if event.text:
-                    yield schemas.sse(schemas.chunk(req.id, model, created, event.text, None))
+                    yield schemas.sse(schemas.chunk(req.id, model, created, event.text, None, include_usage))
                 continue
             done = True
             if isinstance(event, Finished):
-                yield schemas.sse(schemas.chunk(req.id, model, created, event.text, event.reason))
+                yield schemas.sse(schemas.chunk(req.id, model, created, event.text, event.reason, include_usage))
                 if include_usage:
                     yield schemas.sse(schemas.usage_chunk(req.id, model, created, event.prompt_tokens,
                                                           event.completion_tokens))

@@ -134,10 +134,14 @@ def completion(rid: str, model: str, created: int, text: str, finish: str, promp
             "usage": usage(prompt_tokens, completion_tokens)}
 
 
-def chunk(rid: str, model: str, created: int, text: str, finish: str | None) -> dict:
-    """One streamed chunk (same object as the response, text is the delta)."""
-    return {"id": rid, "object": "text_completion", "created": created, "model": model,
-            "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": finish}]}
+def chunk(rid: str, model: str, created: int, text: str, finish: str | None, include_usage: bool = False) -> dict:
+    """One streamed chunk (same object as the response, text is the delta).
+
+    Under stream_options.include_usage it carries "usage": null, as OpenAI's: only the last chunk counts.
+    """
+    doc = {"id": rid, "object": "text_completion", "created": created, "model": model,
+           "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": finish}]}
+    return doc | {"usage": None} if include_usage else doc
 
 
 def usage_chunk(rid: str, model: str, created: int, prompt_tokens: int, completion_tokens: int) -> dict:

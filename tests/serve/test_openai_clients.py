@@ -1,5 +1,7 @@
 """What OpenAI clients send and read, against a real server on loopback: LangChain's defaults, usage chunks, models."""
 
+import json
+
 import httpx
 import openai
 
@@ -22,3 +24,15 @@ def test_langchain_openai_defaults_are_served(model):
         assert r.status_code == 422 and r.json()["error"]["param"] == "logit_bias", r.text
         assert "not applied" in r.json()["error"]["message"], r.text
 
+
+def test_include_usage_gives_every_other_chunk_a_null_usage(model):
+    # OpenAI: with include_usage, every chunk before the usage chunk carries "usage": null (clients index it)
+    body = {"model": MODEL, "prompt": "x = 1", "max_tokens": 6, "temperature": 0, "stream": True}
+    with serving(model, "off") as srv:
+        for options, want_key in [({"stream_options": {"include_usage": True}}, True), ({}, False)]:
+            with httpx.stream("POST", f"{srv.url}/v1/completions", json=body | options, timeout=30) as r:
+                chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+            texts = [c for c in chunks if c["choices"]]
+            assert texts and all(("usage" in c) == want_key and c.get("usage") is None for c in texts), chunks
+            if want_key:
+                assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 6
