@@ -1,9 +1,11 @@
 """The training corpus: the running interpreter's standard-library source, split by file."""
 
 import hashlib
+import os
 import sysconfig
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -18,10 +20,17 @@ def stdlib_root() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
+THIRD_PARTY = frozenset({"site-packages", "dist-packages"})
+
+
 def stdlib_files(root: Path | None = None) -> list[Path]:
     """Every .py file of the standard library, third-party packages excluded, in a stable order."""
     root = root or stdlib_root()
-    return sorted(p for p in root.rglob("*.py") if "site-packages" not in p.parts and "dist-packages" not in p.parts)
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in THIRD_PARTY]  # not walked at all: site-packages holds torch's tree
+        found += [Path(folder, f) for f in files if f.endswith(".py")]
+    return sorted(p for p in found if THIRD_PARTY.isdisjoint(p.parts))
 
 
 def is_heldout(relpath: str) -> bool:
@@ -119,11 +128,26 @@ def benchmark_files(root: Path | None = None) -> dict[str, bytes]:
     """The held-out files every benchmark prompt and calibration window is cut from: path -> bytes, in path order.
 
     The held-out split less its near-copies of training files (`near_copies`), which would flatter
-    every acceptance and calibration figure: the model has as good as read them.
+    every acceptance and calibration figure: the model has as good as read them. Reading the
+    whole stdlib takes about a second, so it is read once per process for a root and its files
+    (their paths, sizes and modification times); each call gets its own dict.
     """
+    root = (root or stdlib_root()).resolve()
+    return dict(_benchmark_files(root, _listing(root)))
+
+
+def _listing(root: Path) -> tuple[tuple[str, int, int], ...]:
+    """Each file of stdlib_files(root): its path relative to root, size and modification time (ns)."""
+    stats = ((p, p.stat()) for p in stdlib_files(root))
+    return tuple((p.relative_to(root).as_posix(), st.st_size, st.st_mtime_ns) for p, st in stats)
+
+
+@lru_cache(maxsize=4)
+def _benchmark_files(root: Path, listing: tuple[tuple[str, int, int], ...]) -> tuple[tuple[str, bytes], ...]:
+    """benchmark_files of a resolved root, as (path, bytes) pairs; `listing` (_listing(root)) keys the cache."""
     held, seen = _read_split(root)
     near = _near_copies(held, seen, NEAR_COPY_SHARE)
-    return {rel: data for rel, data in held.items() if rel not in near}
+    return tuple((rel, data) for rel, data in held.items() if rel not in near)
 
 
 def _read_split(root: Path | None) -> tuple[dict[str, bytes], set[bytes]]:

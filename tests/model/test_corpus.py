@@ -92,3 +92,25 @@ def test_no_prompt_or_window_is_cut_from_a_near_copy(tmp_path):
     cuts = (heldout_prompts(8, root=tmp_path) + heldout_code(8, offset=PROMPT_OFFSET, size=PROMPT_BYTES, root=tmp_path)
             + calibration_windows(8, root=tmp_path))
     assert len(cuts) == 1 + 1 + 3 and all(text.startswith("y") for text in cuts)  # 7,680 bytes: 3 windows
+
+
+def test_benchmark_files_are_read_once_per_root_and_files(root, monkeypatch):
+    # a second call reads no file (the stdlib takes a second); a caller's edit of its dict reaches no later call;
+    # the same folder by another name is the same root; a file rewritten, or one more, is read again
+    from met.model import corpus
+
+    reads = []
+    read_split = corpus._read_split
+    monkeypatch.setattr(corpus, "_read_split", lambda r: reads.append(r) or read_split(r))
+    first = benchmark_files(root)
+    first.clear()
+    alias = root / "alias"  # a link to a folder is not walked: root's files stay the same
+    alias.symlink_to(root)
+    again = benchmark_files(alias)
+    assert len(reads) == 1 and len(again) == 3
+    name = list(again)[2]  # the 1 KiB file
+    (root / name).write_bytes(_lines(2048))
+    assert len(benchmark_files(root)[name]) == 2048 and len(reads) == 2
+    (root / "sub").mkdir()
+    (root / "sub" / name).write_bytes(_lines(64))
+    assert benchmark_files(root) is not benchmark_files(root) and len(reads) == 3
