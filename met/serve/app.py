@@ -1,4 +1,4 @@
-"""The OpenAI-compatible HTTP API: /v1/completions (plain and SSE), /v1/models, /v1/snapshot, /health, /metrics.
+"""The OpenAI-compatible HTTP API: /v1/completions (plain and SSE), /v1/models[/{id}], /v1/snapshot, /health, /metrics.
 
 Requests are checked in this order, each refusal an OpenAI-shaped error that touches nothing
 else: API key (401, before the body is read), body size (413), JSON (400), fields (422), model
@@ -64,11 +64,15 @@ class Service:
         scheduler = Scheduler(runner, built, model_id, tokenizer=tokenizer)
         return cls(scheduler, names, keys if keys is not None else KeyRing({}), tokenizer=tokenizer)
 
+    def check_model(self, name: str) -> None:
+        """ApiError 404 unless the name is one this server answers to."""
+        if name not in self.model_names:
+            raise ApiError(404, f"the model {name!r} is not served here; this server serves "
+                           f"{self.model_names[0]!r} (GET /v1/models)", "model_not_found", "model")
+
     def to_request(self, body: schemas.CompletionRequest, tenant: str) -> Request:
         """The scheduler's Request for a validated body; ApiError 404/413/400 for what the engine cannot serve."""
-        if body.model not in self.model_names:
-            raise ApiError(404, f"the model {body.model!r} is not served here; this server serves "
-                           f"{self.model_names[0]!r} (GET /v1/models)", "model_not_found", "model")
+        self.check_model(body.model)
         prompt = self.tokenizer.encode(body.prompt) if isinstance(body.prompt, str) else list(body.prompt)
         vocab = self.scheduler.runner.model.cfg.vocab_size
         if bad := [t for t in prompt if t >= vocab]:
@@ -181,6 +185,11 @@ def create_app(service: Service) -> FastAPI:
     @app.get("/v1/models")
     async def models() -> dict:
         return schemas.model_list([names[0]], service.created)
+
+    @app.get("/v1/models/{name:path}")
+    async def model(name: str) -> dict:
+        service.check_model(name)  # an alias answers with the model it names
+        return schemas.model_object(names[0], service.created)
 
     @app.get("/v1/snapshot")
     async def snapshot() -> dict:

@@ -159,8 +159,12 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
 def model_list(names: list[str], created: int | None = None) -> dict:
     """GET /v1/models."""
     created = int(time.time()) if created is None else created
-    return {"object": "list", "data": [{"id": n, "object": "model", "created": created, "owned_by": "met"}
-                                       for n in names]}
+    return {"object": "list", "data": [model_object(n, created) for n in names]}
+
+
+def model_object(name: str, created: int) -> dict:
+    """OpenAI's model object: GET /v1/models/{model}, and each entry of the list."""
+    return {"id": name, "object": "model", "created": created, "owned_by": "met"}
 
 
 def sse(doc: dict | str) -> bytes:

@@ -4,6 +4,7 @@ import json
 
 import httpx
 import openai
+import pytest
 
 from serve_helpers import MODEL, serving
 
@@ -36,3 +37,12 @@ def test_include_usage_gives_every_other_chunk_a_null_usage(model):
             assert texts and all(("usage" in c) == want_key and c.get("usage") is None for c in texts), chunks
             if want_key:
                 assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 6
+
+
+def test_the_served_model_can_be_retrieved(model):
+    # GET /v1/models/{model} (openai's models.retrieve); an unknown name is a 404 naming the served one
+    with serving(model, "off") as srv:
+        got = _client(srv.url).models.retrieve(MODEL)
+        assert got.id == MODEL and got.object == "model"
+        with pytest.raises(openai.NotFoundError, match=MODEL):
+            _client(srv.url).models.retrieve("gpt-4")
