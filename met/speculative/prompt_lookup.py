@@ -109,11 +109,15 @@ class PromptLookup:
 
     def copy(self, num_tokens: int) -> list[int]:
         """Return up to num_tokens tokens of the match's continuation, ignoring the window."""
+        return self.matched_copy(num_tokens)[1]
+
+    def matched_copy(self, num_tokens: int) -> tuple[int, list[int]]:
+        """The match's length and up to num_tokens tokens of its continuation, ignoring the window; (0, []) if none."""
         found = self.match()
         if found is None or num_tokens <= 0:
-            return []
-        _, after = found
-        return self._tokens[after : after + num_tokens]
+            return 0, []
+        n, after = found
+        return n, self._tokens[after : after + num_tokens]
 
     def propose(self, max_drafts: int | None = None) -> list[int]:
         """Return the match's continuation, up to the window (and max_drafts, the verify capacity, if given)."""

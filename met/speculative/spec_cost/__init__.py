@@ -20,6 +20,7 @@ from met.speculative.spec_cost.calibration import (
     ConfidenceBin,
     PositionPrior,
 )
+from met.speculative.spec_cost.lookup import LookupBin
 from met.speculative.spec_cost.errors import KeyMismatchError, SpecCostError, TableParseError
 from met.speculative.spec_cost.keys import (
     ENERGY_SOURCES,
@@ -41,7 +42,7 @@ from met.speculative.spec_cost.table import MAX_DEPTH, MAX_WIDTH, Cell, CostTabl
 __all__ = [
     "ENERGY_SOURCES", "MAX_DEPTH", "MAX_WIDTH", "MIN_OUTCOMES", "SCHEMA",
     "AcceptanceCalibration", "BoxClassMismatch", "CarryBin", "Cell", "ConfidenceBin", "CostTable", "DrafterKey",
-    "DrafterMismatch", "EnergySourceMismatch", "KeyMismatch", "KeyMismatchError", "ModeNotMeasured",
+    "DrafterMismatch", "EnergySourceMismatch", "KeyMismatch", "KeyMismatchError", "LookupBin", "ModeNotMeasured",
     "PlanDigestMismatch", "PositionPrior", "RecipeMismatch", "SchemaMismatch", "SpecCostError",
     "SpecCostState", "TableKey", "TableParseError",
 ]

@@ -8,11 +8,11 @@ from types import MappingProxyType
 from typing import Self
 
 from met.speculative.spec_cost import fields
+from met.speculative.spec_cost.fields import MIN_OUTCOMES
 from met.speculative.spec_cost.errors import SpecCostError, TableParseError
 from met.speculative.spec_cost.keys import SCHEMA, DrafterKey
+from met.speculative.spec_cost.lookup import LookupBin, check_bins, copy_accepted_by_depth
 
-MIN_OUTCOMES = 100
-"""The fewest observations behind one fitted probability: a binomial standard error of at most 0.05 at any rate."""
 
 MAX_POSITION = 1 << 10  # draft positions in a chain; far deeper than any drafter drafts
 ROUNDING = 1e-4  # a float32 log_softmax can put a top-1 log-prob a hair above 0; up to this is 0
@@ -103,6 +103,11 @@ class AcceptanceCalibration:
     step's first draft was accepted about 0.65 of the time: benchmarks/confidence_carryover.py),
     so it is fitted on its own, on consecutive steps of the same sequences. Its bins are not
     forced to rise with confidence. A calibration without it answers with the position priors.
+
+    `lookup` (optional) is prompt lookup's: accept rates by position for copies from the history,
+    by the length of the match they copy from (met.speculative.spec_cost.lookup), fitted on the
+    same greedy generations. With it the measured planner may verify a copy instead of drafting;
+    without it (a calibration written before it existed) the planner drafts only with the drafter.
     """
 
     drafter: DrafterKey
@@ -112,6 +117,7 @@ class AcceptanceCalibration:
     position_priors: tuple[PositionPrior, ...] | Iterable[PositionPrior] = ()
     meta: Mapping[str, object] = field(default_factory=dict)
     carryover: tuple[CarryBin, ...] | Iterable[CarryBin] = ()
+    lookup: tuple[LookupBin, ...] | Iterable[LookupBin] = ()
     _uppers: list[float] = field(init=False, repr=False, compare=False)  # the bins' uppers, for bisect
     _positions: list[int] = field(init=False, repr=False, compare=False)  # the priors' positions, for bisect
     _carry_uppers: list[float] = field(init=False, repr=False, compare=False)  # the carry-over bins' uppers
@@ -135,6 +141,8 @@ class AcceptanceCalibration:
                 raise TableParseError(f"position_priors[{i}].position", prior.position,
                                       f"is not after position_priors[{i - 1}].position ({priors[i - 1].position})")
         _check_uppers("carryover", carry, CarryBin)
+        lookup = tuple(self.lookup)
+        check_bins(lookup)
         counted = (("bins", sum(b.outcomes for b in bins)), ("position_priors", sum(p.outcomes for p in priors)),
                    ("carryover", sum(sum(c.outcomes) for c in carry)))
         for name, total in counted:
@@ -144,6 +152,7 @@ class AcceptanceCalibration:
         object.__setattr__(self, "bins", bins)
         object.__setattr__(self, "position_priors", priors)
         object.__setattr__(self, "carryover", carry)
+        object.__setattr__(self, "lookup", lookup)
         object.__setattr__(self, "meta", MappingProxyType(fields.meta(self.meta)))
         object.__setattr__(self, "_uppers", [b.upper for b in bins])
         object.__setattr__(self, "_positions", [p.position for p in priors])
@@ -151,8 +160,9 @@ class AcceptanceCalibration:
         object.__setattr__(self, "_carried", {})
 
     @classmethod
-    def fit(cls, outcomes: Iterable[tuple], drafter: DrafterKey, meta: Mapping[str, object] | None = None) -> Self:
-        """Fit from judged drafts; SpecCostError if there are too few.
+    def fit(cls, outcomes: Iterable[tuple], drafter: DrafterKey, meta: Mapping[str, object] | None = None,
+            lookup: Iterable[LookupBin] = ()) -> Self:
+        """Fit from judged drafts (lookup: prompt lookup's bins, fitted apart); SpecCostError if there are too few.
 
         A judged draft is (top-1 log-prob or None, accepted, 1-based position), optionally with a
         fourth value: the top-1 log-prob of the first draft of its sequence's previous step (None:
@@ -176,7 +186,7 @@ class AcceptanceCalibration:
             deepest = max(pos for _, _, pos in carried)
             carry = [_carry_bin(u, counts) for u, counts in _merge_small(_by_confidence(carried, deepest))]
         return cls(drafter, accepted / len(rows), len(rows),
-                   [ConfidenceBin(u, a / n, n) for u, (n, a) in bins], priors, meta or {}, carry)
+                   [ConfidenceBin(u, a / n, n) for u, (n, a) in bins], priors, meta or {}, carry, lookup)
 
     def p_accept(self, confidence: float | None, position: int) -> float:
         """P(accept) of the draft at `position` (1-based) with top-1 log-prob `confidence` (None: unknown)."""
@@ -243,6 +253,13 @@ class AcceptanceCalibration:
             totals.append(total)
         return totals
 
+    def copy_accepted_by_depth(self, match: int, length: int, depth: int) -> list[float]:
+        """Expected accepted drafts of a prompt-lookup copy verified k deep, k in 0..=depth (all 0 without `lookup`).
+
+        match: the length of the history's match the copy follows; length: the drafts it holds.
+        """
+        return copy_accepted_by_depth(self.lookup, match, length, depth) if self.lookup else [0.0] * (depth + 1)
+
     def to_toml(self) -> str:
         """The calibration as TOML text; parse(to_toml()) gives back an equal calibration."""
         doc = {"schema": SCHEMA, "drafter": {"kind": self.drafter.kind, "name": self.drafter.name,
@@ -252,7 +269,9 @@ class AcceptanceCalibration:
                   "position_priors": [{"position": p.position, "p_accept": p.p_accept, "outcomes": p.outcomes}
                                       for p in self.position_priors],
                   "carryover": [{"upper": c.upper, "p_accept": list(c.p_accept), "outcomes": list(c.outcomes)}
-                                for c in self.carryover]}
+                                for c in self.carryover],
+                  "lookup": [{"min_match": b.min_match, "max_match": b.max_match, "p_accept": list(b.p_accept),
+                              "outcomes": list(b.outcomes)} for b in self.lookup]}
         return fields.dump(doc, arrays)
 
     @classmethod
@@ -264,7 +283,8 @@ class AcceptanceCalibration:
         if "key" in doc and "drafter" not in doc:  # say what the file is, not that [key] is unknown here
             raise TableParseError("key", None, "belongs to a cost table: this file is a cost table, not a drafter's "
                                   "calibration", show_value=False)
-        fields.shape(doc, "", ("schema", "drafter", "overall"), ("bins", "position_priors", "meta", "carryover"))
+        fields.shape(doc, "", ("schema", "drafter", "overall"),
+                     ("bins", "position_priors", "meta", "carryover", "lookup"))
         drafter = _part(doc, "drafter", ("kind", "name", "digest"), DrafterKey)
         overall = fields.table(doc, "overall", "")
         try:
@@ -274,7 +294,8 @@ class AcceptanceCalibration:
         bins = _parts(doc, "bins", ("upper", "p_accept", "outcomes"), ConfidenceBin)
         priors = _parts(doc, "position_priors", ("position", "p_accept", "outcomes"), PositionPrior)
         carry = _parts(doc, "carryover", ("upper", "p_accept", "outcomes"), CarryBin)
-        return cls(drafter, overall["p_accept"], overall["outcomes"], bins, priors, doc.get("meta", {}), carry)
+        lookup = _parts(doc, "lookup", ("min_match", "max_match", "p_accept", "outcomes"), LookupBin)
+        return cls(drafter, overall["p_accept"], overall["outcomes"], bins, priors, doc.get("meta", {}), carry, lookup)
 
 
 def _check_uppers(name: str, bins: tuple, kind: type) -> None:

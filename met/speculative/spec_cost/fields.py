@@ -14,6 +14,9 @@ from met.speculative.spec_cost.errors import TableParseError
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
+MIN_OUTCOMES = 100
+"""The fewest observations behind one fitted probability: a binomial standard error of at most 0.05 at any rate."""
+
 
 def name(key: object) -> str:
     """A TOML key as a path segment: bare when it can be, else quoted (so a path stays one line)."""

@@ -25,6 +25,17 @@ Planning again in the middle of a step: once `drafted` drafts exist, their confi
 guesses and their draft cost is spent whichever depth is chosen now: depth k costs verify(k) +
 draft(max(k, drafted)). A choice below `drafted` verifies fewer of the drafts already made; a
 choice above it drafts on.
+
+Copying instead of drafting: where the calibration has prompt lookup's rates, a first plan may
+also be given each sequence's copy from its history (`copies`: the expected accepted drafts of
+its copy at every depth, calibration.copy_accepted_by_depth). A copy costs its verify alone: a
+step that copies k deep costs the cell's verify_s (verify_j), no draft_s, and expects the copies'
+accepted drafts. The plan then weighs both: drafting at depths 1..kmax and copying at depths
+1..kmax, the plain step (k = 0) once; its choice's `source` says which ("mtp" or "lookup").
+Worked example, width 1: plain 2.5 ms; drafting 3 costs verify 4.2 + draft 2.4 ms for 2.7
+expected tokens, 413 tok/s; a copy whose bin expects 1.9 accepted drafts at depth 3 costs 4.2 ms
+for 2.9 tokens, 690 tok/s: the step copies. A copy's step leaves the drafter's block behind by the
+tokens it emitted, which the next drafting step catches up as it does after any step.
 """
 
 import math
@@ -47,6 +58,7 @@ class DepthEstimate(NamedTuple):
     energy_j: float | None
     tokens_per_s: float
     tokens_per_j: float | None
+    source: str = "mtp"  # "mtp": the drafter drafts k; "lookup": each sequence's copy from its history, k deep
 
 
 class PlanDecision(NamedTuple):
@@ -60,16 +72,19 @@ class PlanDecision(NamedTuple):
     tokens_per_j: float | None
     fastest: DepthEstimate
     slack: float
+    source: str = "mtp"  # the chosen depth's: "mtp" (drafts) or "lookup" (copies from the history)
 
     @property
     def why(self) -> str:
         """A short reason (written when asked: plans made while drafting are never shown)."""
         best = self.fastest
+        what = f"copy k={self.k}" if self.source == "lookup" else f"k={self.k}"
         if self.tokens_per_j is None:
-            return f"k={self.k}: the most tokens/s ({self.tokens_per_s:.4g}); no energy source, so tokens/s alone"
+            return f"{what}: the most tokens/s ({self.tokens_per_s:.4g}); no energy source, so tokens/s alone"
         floor = (1.0 - self.slack) * best.tokens_per_s
-        return (f"k={self.k}: the most tokens/J ({self.tokens_per_j:.4g}) at >= {floor:.4g} tok/s "
-                f"(best {best.tokens_per_s:.4g} at k={best.k}, slack {self.slack:g})")
+        best_what = f"copy k={best.k}" if best.source == "lookup" else f"k={best.k}"
+        return (f"{what}: the most tokens/J ({self.tokens_per_j:.4g}) at >= {floor:.4g} tok/s "
+                f"(best {best.tokens_per_s:.4g} at {best_what}, slack {self.slack:g})")
 
 
 def estimate_depths(table: CostTable, calibration: AcceptanceCalibration, width: int,
@@ -149,21 +164,48 @@ def choose(estimates: Sequence[DepthEstimate], slack: float) -> PlanDecision:
             if e.tokens_per_s >= floor and (e.tokens_per_j > chosen.tokens_per_j
                                             or (e.tokens_per_j == chosen.tokens_per_j and e.k < chosen.k)):
                 chosen = e
-    return PlanDecision(*chosen, fastest, slack)
+    return PlanDecision(*chosen[:6], fastest, slack, chosen.source)
+
+
+def estimate_copies(table: CostTable, width: int, copies: Sequence[Sequence[float] | None],
+                    kmax: int | None = None) -> list[DepthEstimate]:
+    """The expected tokens, wall, energy and their rates of copying 1..=kmax deep at this width.
+
+    copies[i]: sequence i's copy's expected accepted drafts at depths 0, 1, ... (at least kmax + 1
+    values; None: it has no copy, and decodes one token in the step). A copy costs the cell's
+    verify alone: no drafter pass.
+    """
+    if len(copies) != width:
+        raise ValueError(f"{len(copies)} copies for a step of width {width}")
+    deepest = table.kmax if kmax is None else min(kmax, table.kmax)
+    for i, c in enumerate(copies):
+        if c is not None and len(c) <= deepest:
+            raise ValueError(f"copies[{i}] holds {len(c)} depths; the plan needs 0..={deepest}")
+    estimates = []
+    for k in range(1, deepest + 1):
+        cell = table.cell(width, k)
+        tokens = width + sum(c[k] for c in copies if c is not None)
+        estimates.append(DepthEstimate(k, tokens, cell.verify_s, cell.verify_j, tokens / cell.verify_s,
+                                       None if cell.verify_j is None else tokens / cell.verify_j, "lookup"))
+    return estimates
 
 
 def plan_depth(table: CostTable, calibration: AcceptanceCalibration, width: int,
                confidences: Sequence[Sequence[float | None]] | None, slack: float,
                kmax: int | None = None, drafted: int = 0,
                previous: Sequence[float | None] | None = None,
-               behind: Sequence[int] | None = None, remaining: Sequence[int] | None = None) -> PlanDecision:
+               behind: Sequence[int] | None = None, remaining: Sequence[int] | None = None,
+               copies: Sequence[Sequence[float] | None] | None = None) -> PlanDecision:
     """The draft depth for a step of `width` sequences (kmax caps the table's deepest depth).
 
     drafted > 0: planning again after that many drafts were made (see the module's docstring).
     previous: each sequence's previous first-draft log-prob, for drafts without confidences.
     behind, remaining: each sequence's MTP rows behind and tokens left, to price catch-ups.
+    copies: a first plan's copies from the histories (estimate_copies), weighed against drafting.
     """
     estimates = estimate_depths(table, calibration, width, confidences, kmax, drafted, previous, behind, remaining)
+    if copies is not None and drafted == 0 and any(c is not None for c in copies):
+        estimates += estimate_copies(table, width, copies, kmax)
     return choose(estimates, slack)
 
 

@@ -1,0 +1,156 @@
+"""Prompt lookup's acceptance calibration: per-position accept rates by the length of the history's match.
+
+A prompt-lookup proposal copies what followed the latest earlier occurrence of the history's
+longest recurring suffix (met.speculative.prompt_lookup). How far such a copy holds depends on
+how long that suffix is: on the held-out code of `met bench spec-cost`'s calibration windows, a
+1-byte match's first draft was accepted about 0.2 of the time and a 6- to 11-byte match's about
+0.7, its fourth about 0.3 (met-tiny-py, greedy). The planner prices a copy by its bin's rates
+and verifies it only as deep as it pays: its drafts cost a verify slot each and no model pass.
+
+The fit replays prompt lookup over greedy generations offline: at every position of each
+generated sequence it matches the history so far (prompt and the tokens generated before it)
+and judges the copy against the tokens that followed, as the verify would have. Bins start at
+the match lengths of FIT_EDGES and merge, shortest first, until each holds MIN_OUTCOMES judged
+first drafts; each bin's rates stop at the first position with fewer (positions past a bin's
+rates are never planned). The longest match is LOOKUP_MAX_NGRAM tokens: a match that long is
+often a run of one repeated token (indentation, a rule of dashes), whose copy fails past its
+first draft, so its bin's deeper rates are low and the planner copies one token of it.
+"""
+
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from met.speculative.prompt_lookup import LookupParams, PromptLookup
+from met.speculative.spec_cost import fields
+from met.speculative.spec_cost.errors import TableParseError
+from met.speculative.spec_cost.fields import MIN_OUTCOMES
+
+LOOKUP_MAX_NGRAM = 12  # the longest suffix matched; each more n costs a hash lookup per proposal and per token
+FIT_EDGES = (1, 2, 3, 4, 6, 8, 12)  # the fit's starting bins: match lengths [1], [2], [3], [4, 5], ..., [12]
+FIT_DEPTH = 16  # positions judged per copy
+
+
+@dataclass(frozen=True, slots=True)
+class LookupBin:
+    """Copies whose match was min_match..=max_match tokens long: the accept rate of the draft at each position.
+
+    p_accept[j - 1] is the rate of the copy's draft at position j given drafts 1..j-1 were accepted;
+    outcomes[j - 1] the judged drafts behind it, each at least MIN_OUTCOMES.
+    """
+
+    min_match: int
+    max_match: int
+    p_accept: tuple[float, ...] | list[float]
+    outcomes: tuple[int, ...] | list[int]
+
+    def __post_init__(self) -> None:
+        fields.whole(self.min_match, "min_match", 1, LOOKUP_MAX_NGRAM)
+        fields.whole(self.max_match, "max_match", self.min_match, LOOKUP_MAX_NGRAM)
+        for name in ("p_accept", "outcomes"):
+            value = getattr(self, name)
+            if not isinstance(value, list | tuple):
+                raise TableParseError(name, value, "is not an array (one value per position)")
+            if not 1 <= len(value) <= FIT_DEPTH:
+                raise TableParseError(name, None, f"holds {len(value)} values (expected 1..={FIT_DEPTH}, one per "
+                                      "position)", show_value=False)
+        if len(self.outcomes) != len(self.p_accept):
+            raise TableParseError("outcomes", self.outcomes, f"has {len(self.outcomes)} values for "
+                                  f"{len(self.p_accept)} positions of p_accept", show_value=False)
+        rates = tuple(fields.probability(p, f"p_accept[{j}]") for j, p in enumerate(self.p_accept))
+        counts = tuple(fields.whole(n, f"outcomes[{j}]", MIN_OUTCOMES, 1 << 62) for j, n in enumerate(self.outcomes))
+        object.__setattr__(self, "p_accept", rates)
+        object.__setattr__(self, "outcomes", counts)
+
+
+def check_bins(bins: Sequence[LookupBin]) -> None:
+    """Bins cover match lengths 1..=max_match of the last, in order, without gaps or overlaps."""
+    for i, b in enumerate(bins):
+        if not isinstance(b, LookupBin):
+            raise TableParseError(f"lookup[{i}]", b, "is not a LookupBin")
+        start = bins[i - 1].max_match + 1 if i else 1
+        if b.min_match != start:
+            raise TableParseError(f"lookup[{i}].min_match", b.min_match,
+                                  f"must be {start} (the bins cover match lengths from 1, each after the one before)")
+
+
+def judged_copies(prompt: Sequence[int], generated: Sequence[int], max_ngram: int = LOOKUP_MAX_NGRAM,
+                  depth: int = FIT_DEPTH) -> Iterator[tuple[int, list[bool]]]:
+    """At each position of `generated`, the match length of a prompt-lookup copy and its judged drafts.
+
+    Judged as a verify judges: drafts 1..a accepted, draft a + 1 rejected, the rest unjudged; a copy
+    that runs past the end of `generated` is judged only as far as it goes.
+    """
+    lookup = PromptLookup(LookupParams(min_ngram=1, max_ngram=max_ngram), prompt)
+    for i in range(len(generated)):
+        found = lookup.match()
+        if found is not None:
+            n, after = found
+            copy = lookup.copy(min(depth, len(generated) - i))
+            judged = []
+            for draft, truth in zip(copy, generated[i:]):
+                judged.append(draft == truth)
+                if draft != truth:
+                    break
+            if judged:
+                yield n, judged
+        lookup.extend(generated[i: i + 1])
+
+
+def fit_lookup(streams: Iterable[tuple[Sequence[int], Sequence[int]]]) -> tuple[LookupBin, ...]:
+    """Lookup bins from (prompt, greedy generation) pairs; () when too few copies were judged for one bin."""
+    counts = [[0] * (2 * FIT_DEPTH) for _ in FIT_EDGES]  # per starting bin, per position: judged then accepted
+    for prompt, generated in streams:
+        for n, judged in judged_copies(prompt, generated):
+            row = counts[bisect_right(FIT_EDGES, n) - 1]
+            for j, ok in enumerate(judged):
+                row[2 * j] += 1
+                row[2 * j + 1] += ok
+    merged: list[tuple[int, int, list[int]]] = []
+    pending: tuple[int, list[int]] | None = None
+    ends = [*FIT_EDGES[1:], LOOKUP_MAX_NGRAM + 1]
+    for start, end, row in zip(FIT_EDGES, ends, counts, strict=True):
+        first, total = (start, row) if pending is None else (pending[0], [a + b for a, b in zip(pending[1], row)])
+        pending = (first, total)
+        if total[0] >= MIN_OUTCOMES:
+            merged.append((first, end - 1, total))
+            pending = None
+    if pending is not None and merged:  # a short tail joins the bin before it
+        first, _, total = merged[-1]
+        merged[-1] = (first, LOOKUP_MAX_NGRAM, [a + b for a, b in zip(total, pending[1])])
+    return tuple(_bin(lo, hi, row) for lo, hi, row in merged)
+
+
+def _bin(lo: int, hi: int, row: list[int]) -> LookupBin:
+    rates, kept = [], []
+    for n, a in zip(row[::2], row[1::2]):
+        if n < MIN_OUTCOMES:
+            break
+        rates.append(a / n)
+        kept.append(n)
+    return LookupBin(lo, hi, rates, kept)
+
+
+def copy_accepted_by_depth(bins: Sequence[LookupBin], match: int, length: int, depth: int) -> list[float]:
+    """Expected accepted drafts of a copy verified k deep, for k in 0..=depth: the sum of running products.
+
+    match: the copy's match length (its bin); length: the drafts the copy holds. A copy verified
+    deeper than it holds, or than its bin has rates for, gains nothing there.
+    Example: rates (0.5, 0.5), a copy of 3 drafts: [0, 0.5, 0.75, 0.75] at depth 3.
+    """
+    rates = lookup_rates(bins, match)[:length]
+    totals, total, running = [0.0], 0.0, 1.0
+    for j in range(depth):
+        if j < len(rates):
+            running *= rates[j]
+            total += running
+        totals.append(total)
+    return totals
+
+
+def lookup_rates(bins: Sequence[LookupBin], match: int) -> tuple[float, ...]:
+    """The accept rates by position of a copy whose match was `match` tokens long (() without bins)."""
+    if not bins:
+        return ()
+    i = bisect_right([b.min_match for b in bins], match) - 1
+    return bins[max(i, 0)].p_accept

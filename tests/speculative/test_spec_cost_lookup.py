@@ -1,0 +1,92 @@
+"""Prompt lookup's calibration: judging copies, the fit's bins, expected accepted drafts, the file, the planner's copies."""
+
+import pytest
+
+from met.speculative.spec_cost import AcceptanceCalibration, Cell, CostTable, DrafterKey, TableKey, TableParseError
+from met.speculative.spec_cost.lookup import (FIT_DEPTH, LOOKUP_MAX_NGRAM, LookupBin, copy_accepted_by_depth,
+                                              fit_lookup, judged_copies)
+from met.speculative.spec_cost.plan import estimate_copies, plan_depth
+
+DRAFTER = DrafterKey("mtp", "r", "d")
+
+
+def test_copies_are_judged_as_a_verify_judges_them():
+    # history [1, 2, 3] then generated [1, 2, 9, ...]: at the first position the suffix (3,) never recurred
+    judged = list(judged_copies([1, 2, 3], [1, 2, 9, 1, 2, 3]))
+    # position 1 (history 1 2 3 1): (1,) recurs, copy [2, 3, 1, ...] -> 2 accepted, 3 != 9 rejected
+    assert judged[0] == (1, [True, False])
+    # position 2 (history 1 2 3 1 2): (1, 2) recurs, copy [3, 1, 2] against [9, ...]: rejected at once
+    assert judged[1] == (2, [False])
+    # a copy judged only as far as the generation goes: the last position has one token left to judge
+    assert all(len(j) <= 6 - i for i, (_, j) in enumerate(judged))
+
+
+def _stream(period: list[int], repeats: int, tail: list[int]) -> tuple[list[int], list[int]]:
+    return period, period * repeats + tail
+
+
+def test_fit_merges_short_bins_and_stops_rates_where_outcomes_run_short():
+    # a long periodic text: nearly every copy matches the longest suffix and holds; a few short matches
+    bins = fit_lookup([_stream(list(range(20)), 30, [99])])
+    assert bins and bins[0].min_match == 1 and bins[-1].max_match == LOOKUP_MAX_NGRAM
+    for before, after in zip(bins, bins[1:]):
+        assert after.min_match == before.max_match + 1
+    top = bins[-1]
+    assert top.p_accept[0] > 0.99 and all(n >= 100 for n in top.outcomes) and len(top.p_accept) <= FIT_DEPTH
+    assert fit_lookup([([1, 2], [3, 4])]) == ()  # too few judged copies for one bin
+
+
+def test_bins_that_leave_a_gap_or_repeat_a_length_are_refused():
+    good = LookupBin(1, 3, (0.5,), (100,))
+    AcceptanceCalibration(DRAFTER, 0.5, 100, lookup=[good, LookupBin(4, 12, (0.9,), (100,))])
+    with pytest.raises(TableParseError, match=r"lookup\[1\]\.min_match"):
+        AcceptanceCalibration(DRAFTER, 0.5, 100, lookup=[good, LookupBin(5, 12, (0.9,), (100,))])
+    with pytest.raises(TableParseError, match="outcomes"):
+        LookupBin(1, 3, (0.5, 0.5), (100, 99))
+    with pytest.raises(TableParseError, match="max_match"):
+        LookupBin(4, 3, (0.5,), (100,))
+
+
+def test_expected_accepted_drafts_of_a_copy_stop_at_its_length_and_its_bins_rates():
+    bins = (LookupBin(1, 2, (0.5, 0.5), (100, 100)), LookupBin(3, 12, (0.9,), (100,)))
+    assert copy_accepted_by_depth(bins, 1, 3, 3) == [0.0, 0.5, 0.75, 0.75]  # the docstring's example
+    assert copy_accepted_by_depth(bins, 2, 1, 3) == [0.0, 0.5, 0.5, 0.5]  # a copy of one draft
+    assert copy_accepted_by_depth(bins, 7, 4, 2) == pytest.approx([0.0, 0.9, 0.9])  # the bin has one position
+    assert AcceptanceCalibration(DRAFTER, 0.5, 100).copy_accepted_by_depth(5, 4, 2) == [0.0, 0.0, 0.0]
+
+
+def test_a_calibration_with_lookup_bins_round_trips_and_one_without_still_parses():
+    bins = [LookupBin(1, 2, (0.25, 0.5), (300, 120)), LookupBin(3, 12, (0.875,), (100,))]
+    cal = AcceptanceCalibration(DRAFTER, 0.5, 100, lookup=bins)
+    text = cal.to_toml()
+    assert "[[lookup]]" in text and AcceptanceCalibration.parse(text) == cal
+    bare = AcceptanceCalibration(DRAFTER, 0.5, 100)
+    assert "lookup" not in bare.to_toml() and AcceptanceCalibration.parse(bare.to_toml()).lookup == ()
+    with pytest.raises(TableParseError, match=r"lookup\[0\]"):
+        AcceptanceCalibration.parse(text.replace("min_match = 1", "min_match = 2", 1))
+
+
+def _table(verify_ms: list[float], draft_ms: list[float]) -> CostTable:
+    digests = {"decode": "a", "verify": "b", "draft_mtp": "c"}
+    cells = [Cell(1, k, v / 1000, d / 1000) for k, (v, d) in enumerate(zip(verify_ms, draft_ms))]
+    return CostTable(TableKey("box", "r@d", "none", digests), cells)
+
+
+def test_the_planner_copies_when_a_copy_costs_its_verify_alone_and_expects_enough():
+    # the module docstring's example: plain 2.5 ms; drafting 3 costs 4.2 + 2.4 ms for 2.7 tokens
+    table = _table([2.5, 3.4, 3.8, 4.2], [0.0, 1.1, 1.7, 2.4])
+    cal = AcceptanceCalibration(DRAFTER, 0.57, 1000, position_priors=[])
+    drafting = plan_depth(table, cal, 1, None, 0.0)
+    strong = [[0.0, 0.8, 1.4, 1.9]]
+    copying = plan_depth(table, cal, 1, None, 0.0, copies=strong)
+    assert copying.source == "lookup" and copying.k == 3 and copying.tokens_per_s == pytest.approx(2.9 / 0.0042)
+    assert copying.why.startswith("copy k=3")
+    assert drafting.source == "mtp"
+    # a weak copy loses to plain decode: verifying it costs more than it brings
+    weak = plan_depth(table, cal, 1, None, 0.0, copies=[[0.0, 0.1, 0.15, 0.2]])
+    assert weak.source == "mtp" and weak.k == drafting.k
+    # planning again mid-step (drafts made): copies are not weighed, their drafts' cost is spent
+    assert plan_depth(table, cal, 1, None, 0.0, drafted=1, copies=strong).source == "mtp"
+    # a sequence without a copy decodes one token in a copying step
+    [e] = [e for e in estimate_copies(table, 1, [None]) if e.k == 1]
+    assert e.expected_tokens == 1.0 and e.wall_s == pytest.approx(0.0034)
