@@ -18,6 +18,7 @@ from met.model.corpus import calibration_windows
 from met.model.tokenizer import EOS, encode
 from met.model.transformer import Transformer
 from met.speculative.spec_cost import AcceptanceCalibration, DrafterKey
+from met.speculative.spec_cost.lookup import fit_lookup
 
 Outcome = tuple[float | None, bool, int, float | None]  # (top-1 log-prob, accepted, position, previous first's)
 
@@ -70,8 +71,13 @@ def judged(draft: Draft, accepted: int, previous: float | None = None) -> Iterat
 
 
 def collect(model: Transformer, prompts: list[list[int]], params: CalibrationParams,
-            on_batch: Callable[[int, int], None] = lambda done, total: None) -> list[Outcome]:
-    """Every judged draft of greedy MTP generation over the prompts, `params.batch` at a time."""
+            on_batch: Callable[[int, int], None] = lambda done, total: None,
+            generations: list[tuple[list[int], list[int]]] | None = None) -> list[Outcome]:
+    """Every judged draft of greedy MTP generation over the prompts, `params.batch` at a time.
+
+    generations: when given, each prompt as the runner saw it and the tokens generated after it are
+    appended to it (prompt lookup's calibration replays them).
+    """
     longest = max(len(p) for p in prompts)
     max_len = min(model.cfg.max_seq_len, longest + params.new_tokens + params.depth + 1)
     runner = ModelRunner(model, params.batch, max_len)
@@ -79,8 +85,9 @@ def collect(model: Transformer, prompts: list[list[int]], params: CalibrationPar
     for start in range(0, len(prompts), params.batch):
         batch = [p[-(max_len - params.depth - 2):] for p in prompts[start: start + params.batch]]
         slots = list(range(len(batch)))
-        runner.prefill(slots, batch, [Sampling()] * len(batch))
+        firsts = runner.prefill(slots, batch, [Sampling()] * len(batch))
         emitted = dict.fromkeys(slots, 1)
+        generated = {slot: [first] for slot, first in zip(slots, firsts)}
         previous: dict[int, float | None] = dict.fromkeys(slots)  # each slot's last first-draft log-prob
         live = slots
         while live:
@@ -92,11 +99,14 @@ def collect(model: Transformer, prompts: list[list[int]], params: CalibrationPar
                 outcomes.extend(judged(draft, result.accepted, previous[slot]))
                 previous[slot] = draft.confidences[0] if draft.confidences else None
                 emitted[slot] += len(result.tokens)
+                generated[slot] += result.tokens
                 if emitted[slot] >= params.new_tokens or EOS in result.tokens or runner.room(slot) < 1:
                     runner.release(slot)
                 else:
                     still.append(slot)
             live = still
+        if generations is not None:
+            generations += [(batch[slot], generated[slot]) for slot in slots]
         on_batch(min(start + params.batch, len(prompts)), len(prompts))
     return outcomes
 
@@ -104,9 +114,13 @@ def collect(model: Transformer, prompts: list[list[int]], params: CalibrationPar
 def calibrate(model: Transformer, texts: list[str], drafter: DrafterKey, params: CalibrationParams,
               meta: dict[str, object] | None = None,
               on_batch: Callable[[int, int], None] = lambda done, total: None) -> AcceptanceCalibration:
-    """Fit the drafter's AcceptanceCalibration on greedy generation from `texts` (SpecCostError if too few drafts)."""
+    """Fit the drafter's AcceptanceCalibration on greedy generation from `texts` (SpecCostError if too few drafts).
+
+    Prompt lookup's bins are fitted on the same generations (met.speculative.spec_cost.lookup).
+    """
     prompts = [encode(t)[: params.prompt_bytes] or [0] for t in texts]
-    outcomes = collect(model, prompts, params, on_batch)
+    generations: list[tuple[list[int], list[int]]] = []
+    outcomes = collect(model, prompts, params, on_batch, generations)
     info = {"prompts": len(prompts), "prompt_bytes": params.prompt_bytes, "new_tokens": params.new_tokens,
             "depth": params.depth, "acceptance": "greedy (target argmax)", **(meta or {})}
-    return AcceptanceCalibration.fit(outcomes, drafter, info)
+    return AcceptanceCalibration.fit(outcomes, drafter, info, fit_lookup(generations))

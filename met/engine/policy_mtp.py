@@ -20,6 +20,13 @@ table's, the model's MTP depth and the width tier's verify pool. The first plan 
 drafting first costs a sequence whose MTP block is far behind (a request that never drafted is a
 whole prompt behind): the table's catch-up cost per row, spread over the steps the request has
 left (met.speculative.spec_cost.plan).
+Copies: where the calibration has prompt lookup's rates (met.speculative.spec_cost.lookup), each
+sequence's history is indexed (suffixes up to LOOKUP_MAX_NGRAM tokens) and the first plan also
+weighs verifying each sequence's copy of what followed its history's longest recurring suffix,
+priced at the verify alone (plan.estimate_copies). When copying wins, the step verifies the
+copies, as deep as the plan chose (a sequence without a copy decodes one token), and leaves no
+confidences: the next plan reads the priors, as after a plain step. Copies come from the
+sequence's own history only (the calibration judged those), never the shared lookup cache.
 A plain step leaves no confidences, so the next plan reads the priors; where the priors favour
 plain decode the planner would never draft again, however predictable the text became. So after
 PROBE_AFTER plain steps in a row, a step drafts anyway and verifies at least one draft (its
@@ -50,6 +57,7 @@ from met.speculative.ladder import mtp_ladder_drafts
 from met.speculative.mtp_gate import MtpGate, Mode
 from met.speculative.spec_capacity import VerifyPools
 from met.speculative.spec_cost import SpecCostState
+from met.speculative.spec_cost.lookup import LOOKUP_MAX_NGRAM
 
 
 def _draft(runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan,
@@ -111,6 +119,8 @@ class MtpPlannedPolicy:
         self.plain_steps = 0  # plain steps in a row
         self.probe_after = PROBE_AFTER  # plain steps in a row before the next probe
         self.probing = False  # the step being planned drafts to refresh the confidences
+        self.copy_ngram = LOOKUP_MAX_NGRAM if state.calibration.lookup else 0  # the scheduler indexes histories
+        self._copies: list[list[int]] = []  # the copies the last plan weighed, one per sequence
 
     def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
         width = len(seqs)
@@ -118,8 +128,16 @@ class MtpPlannedPolicy:
         room, room_clamp = clamp_depths(kmax, runner, seqs, self.pools)
         # a sequence the clamps leave no draft (its last token, no KV room) is not caught up: 0 rows to price
         behind = [runner.mtp_behind(s.slot) if r else 0 for s, r in zip(seqs, room)]
+        copies = self._weigh_copies(seqs, room, kmax) if self.copy_ngram and kmax else None
         decision = self.state.plan(width, None, kmax, previous=_previous_firsts(seqs), behind=behind,
-                                   remaining=[s.remaining for s in seqs])
+                                   remaining=[s.remaining for s in seqs], copies=copies)
+        if decision.source == "lookup":
+            depths, clamp = clamp_depths(decision.k, runner, seqs, self.pools)
+            depths = tuple(min(d, len(c)) for d, c in zip(depths, self._copies))
+            self.plain_steps = 0 if any(depths) else self.plain_steps + 1
+            self.probing = False
+            return StepPlan(drafting("lookup", depths), decision.k, depths, joined(decision.why, clamp), decision,
+                            self.state.table)
         if decision.k:
             self.probe_after = PROBE_AFTER
         elif self.probing:  # the last step probed and its drafts did not convince the plan
@@ -136,7 +154,16 @@ class MtpPlannedPolicy:
         depth = max(decision.k, int(self.probing))
         return StepPlan(drafting("mtp", depths), depth, depths, joined(why, clamp), decision, self.state.table)
 
+    def _weigh_copies(self, seqs: Sequence[SeqState], room: Sequence[int], kmax: int) -> list[list[float] | None]:
+        """Each sequence's copy from its history, as deep as its room (kept for draft), and its expected
+        accepted drafts at depths 0..=kmax; None for a sequence with no copy or no room for a draft."""
+        found = [s.proposer.matched_copy(r) if r else (0, []) for s, r in zip(seqs, room)]
+        self._copies = [c for _, c in found]
+        return [self.state.calibration.copy_accepted_by_depth(n, len(c), kmax) if c else None for n, c in found]
+
     def draft(self, runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]:
+        if plan.mode == "lookup":  # the copies the plan weighed, as deep as it chose; no confidences
+            return [Draft(c[:k], []) for c, k in zip(self._copies, plan.depths)]
         width, deepest, floor = len(seqs), max(plan.depths, default=0), int(self.probing)
         previous = _previous_firsts(seqs)
 

@@ -24,15 +24,25 @@ Fallback = Callable[[Sequence[int], int], list[int]]  # (history, most drafts) -
 class Proposer:
     """Drafts for one sequence from a host proposer over its history (prompt + emitted tokens)."""
 
-    def __init__(self, mode: str, prompt: Sequence[int], fallback: Fallback | None = None, min_ngram: int = 1):
-        """min_ngram: the shortest suffix match that proposes drafts (--lookup-min-ngram; 1..NGRAM_MAX)."""
+    def __init__(self, mode: str, prompt: Sequence[int], fallback: Fallback | None = None, min_ngram: int = 1,
+                 copy_ngram: int = 0):
+        """min_ngram: the shortest suffix match that proposes drafts (--lookup-min-ngram; 1..NGRAM_MAX).
+
+        copy_ngram: in a mode that drafts with a model, index the history anyway, matching suffixes
+        of 1..copy_ngram tokens, so that the measured planner can weigh copies (`matched_copy`)
+        against drafts; 0: no index.
+        """
         if mode not in SPEC_MODES:
             raise ValueError(f"unknown spec mode {mode!r}; choose one of {', '.join(SPEC_MODES)}")
         self.mode = mode
         self.history = list(prompt)
         self.fallback = fallback
-        params = LookupParams(min_ngram=min_ngram, max_ngram=NGRAM_MAX)
-        self.lookup = PromptLookup(params, prompt) if mode in HOST_MODES else None
+        params = None
+        if mode in HOST_MODES:
+            params = LookupParams(min_ngram=min_ngram, max_ngram=NGRAM_MAX)
+        elif copy_ngram:
+            params = LookupParams(min_ngram=1, max_ngram=copy_ngram)
+        self.lookup = PromptLookup(params, prompt) if params is not None else None
         self.own = True  # whether the last draft came from this sequence's own history
 
     def host_draft(self, depth: int) -> Draft:
@@ -48,6 +58,13 @@ class Proposer:
             toks = self.fallback(self.history, depth)
         toks = list(toks[:depth])
         return Draft(toks, [0.0] * len(toks))
+
+    def matched_copy(self, depth: int) -> tuple[int, list[int]]:
+        """The length of the history's longest recurring suffix and up to depth tokens that followed it ((0, []): none).
+
+        Own history only, whatever the window: the measured planner chooses how deep to verify it.
+        """
+        return self.lookup.matched_copy(depth) if self.lookup is not None else (0, [])
 
     def observe(self, proposed: int, accepted: int, emitted: list[int]) -> None:
         """Record a verify step's outcome and extend the history."""

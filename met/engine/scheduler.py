@@ -68,6 +68,7 @@ class Scheduler:
         self.counters = TickCounters()
         self.cell = SnapshotCell()
         self.host_drafts = policy.name in HOST_MODES
+        self.copy_ngram = getattr(policy, "copy_ngram", 0)  # a policy that weighs copies: the longest match
         self.waiting: deque[tuple[Request, Sink]] = deque()
         self.running: list[SeqState] = []
         self.free_slots = list(range(runner.cache.max_batch))  # a heap: the lowest free slot is taken first
@@ -240,6 +241,8 @@ class Scheduler:
 
     def _proposer(self, request: Request) -> Proposer:
         if not self.host_drafts:
+            if self.copy_ngram:  # the measured planner weighs copies from the history against MTP drafts
+                return Proposer("mtp", request.prompt, copy_ngram=self.copy_ngram)
             return Proposer("off", request.prompt)
         scope = self.scope(request)
         return Proposer(self.policy.name, request.prompt,
@@ -282,7 +285,8 @@ class Scheduler:
         self.stats.record_step(plan.mode, seconds)
         # priced as it ran: a probe drafts where the plan said k = 0, replans go deeper or stop early
         verified = max((o.proposed for o in outcomes), default=0)
-        energy = plan.table.step_joules(len(outcomes), verified) if plan.table is not None else None
+        energy = plan.table.step_joules(len(outcomes), verified, drafted=plan.mode != "lookup") \
+            if plan.table is not None else None
         self.counters.record_step(streamed, seconds, energy)
         self.policy.observe(plan, outcomes, seconds)
         for seq in [s for s in seqs if s.finish]:

@@ -1,5 +1,6 @@
 """The drafting policies: ladder and rung depths, the gate, the measured planner's use of confidences, clamps."""
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -19,6 +20,7 @@ from met.speculative.mtp_gate import Mode
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 from met.speculative.spec_cost import (AcceptanceCalibration, CarryBin, Cell, ConfidenceBin, CostTable, DrafterKey,
                                        PositionPrior, SpecCostState, TableKey)
+from met.speculative.spec_cost.lookup import LOOKUP_MAX_NGRAM, LookupBin
 
 
 def _runner(length: int = 10, max_len: int = 128, behind: int = 1):
@@ -348,3 +350,46 @@ def test_dflash_refuses_the_mtp_lift():
     lifted = PolicyConfig("dflash", pools=VerifyPools(DEFAULT_POOLS.tiers, lift_wide_tier=True))
     with pytest.raises(ValueError, match="sizes its verify pools from the DFlash rung"):
         build_policy(lifted, 4, dflash_block=16)
+
+
+def _copying_state(rate: float) -> SpecCostState:
+    """_state with prompt lookup's bins: every copy's draft accepted at `rate`."""
+    state = _state(carryover=[])
+    lookup = [LookupBin(1, LOOKUP_MAX_NGRAM, (rate,) * 4, (500, 400, 300, 200))]
+    cal = replace(state.calibration, lookup=lookup)
+    return SpecCostState(state.table, cal, state.slack, state.serve_key, state.serve_drafter)
+
+
+def _copying_seqs(n: int) -> list[SeqState]:
+    out = []
+    for i in range(n):
+        req = Request(str(i), (5, 6, 7, 8, 9, 5, 6), 100)  # the suffix (5, 6) recurs: its copy is 7 8 9 5 6
+        out.append(SeqState(req, QueueSink(), i, Proposer("mtp", req.prompt, copy_ngram=LOOKUP_MAX_NGRAM),
+                            TextStream(), confidences=[-0.01] * 4))
+    return out
+
+
+def test_measured_planner_copies_from_the_history_when_the_calibration_says_copies_hold():
+    p = MtpPlannedPolicy(_copying_state(0.99), 4, DEFAULT_POOLS)
+    assert p.copy_ngram == LOOKUP_MAX_NGRAM
+    seqs = _copying_seqs(2)
+    plan = p.plan(_runner(), seqs)
+    assert plan.mode == "lookup" and plan.decision.source == "lookup" and plan.depths == (4, 4)
+    assert plan.why.startswith("copy k=4")
+    drafts = p.draft(_runner(), seqs, plan)
+    assert [d.tokens for d in drafts] == [[7, 8, 9, 5]] * 2 and all(d.confidences == [] for d in drafts)
+    # copies that rarely hold lose to the MTP drafts the confident previous step promises
+    q = MtpPlannedPolicy(_copying_state(0.05), 4, DEFAULT_POOLS)
+    assert q.plan(_runner(), _copying_seqs(2)).mode == "mtp"
+    # a calibration without lookup bins never weighs copies, and asks the scheduler for no index
+    bare = MtpPlannedPolicy(_state(), 4, DEFAULT_POOLS)
+    assert bare.copy_ngram == 0 and bare.plan(_runner(), _copying_seqs(2)).mode == "mtp"
+
+
+def test_measured_planner_copies_no_deeper_than_the_copy_or_the_clamps():
+    p = MtpPlannedPolicy(_copying_state(0.99), 4, DEFAULT_POOLS)
+    seqs = _copying_seqs(1)
+    seqs[0].proposer = Proposer("mtp", (5, 6, 5), copy_ngram=LOOKUP_MAX_NGRAM)  # (5,) recurs: its copy is 6 5
+    plan = p.plan(_runner(), seqs)
+    assert plan.mode == "lookup" and plan.depths == (2,)
+    assert p.plan(_runner(), _copying_seqs(12)).depths == (1,) * 12  # the wide tier's pool: one draft
