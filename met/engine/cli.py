@@ -52,7 +52,8 @@ def summary(o: Output, text: str) -> dict:
         "mean_accepted_length": round(o.accepted / o.steps, 4) if o.steps else 0.0,
         "acceptance_per_position": [round(a / p, 4) for a, p in zip(o.accepted_at, o.proposed_at)],
         "finished_by": o.finished_by,
-    } | ({"dflash_widths": {str(k): o.gammas.count(k) for k in sorted(set(o.gammas))}} if o.gammas else {})
+    } | ({"dflash_widths": {str(k): o.gammas.count(k) for k in sorted(set(o.gammas))},
+          "dflash_capped": o.capped} if o.gammas else {})
 
 
 def generate(

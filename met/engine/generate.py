@@ -28,7 +28,8 @@ class Output:
     finished_s: float = 0.0  # decode wall time until this sequence finished (0: it finished at prefill)
     prefill_s: float = 0.0
     finished_by: str = "length"
-    gammas: list[int] = field(default_factory=list)  # --spec dflash: the rung's verify width K at each step
+    gammas: list[int] = field(default_factory=list)  # --spec dflash: each step's verify width K, cut to the block
+    capped: int = 0  # --spec dflash: steps whose gamma the drafter's block cut (the rung chose more than it drafts)
 
 
 def generate(runner: ModelRunner, prompts: list[list[int]], max_tokens: int, spec: str = "off", depth: int = 3,
@@ -71,7 +72,8 @@ def generate(runner: ModelRunner, prompts: list[list[int]], max_tokens: int, spe
         live = _compact(runner, live, slot_of)
         slots = [slot_of[i] for i in live]
         if rung is not None:
-            depth = rung.gamma_for(len(live), runner.dflash.block)
+            chosen = rung.gamma_for(len(live))
+            depth = min(chosen, runner.dflash.block)
         want = [max(0, min(depth, max_tokens - len(outs[i].tokens) - 1, runner.room(s))) for i, s in zip(live, slots)]
         if spec == "off":
             drafts = [Draft([], []) for _ in live]
@@ -93,6 +95,7 @@ def generate(runner: ModelRunner, prompts: list[list[int]], max_tokens: int, spe
             o.accepted += r.accepted
             if rung is not None:
                 o.gammas.append(depth)
+                o.capped += chosen > depth
             count_chain(o.proposed_at, o.accepted_at, len(d.tokens), r.accepted)
             proposers[i].observe(len(d.tokens), r.accepted, r.tokens)
             if _emit(o, r.tokens, max_tokens, stop_at_eos, eos_ids) or runner.room(s) < 0:

@@ -73,6 +73,20 @@ def test_dflash_text_equals_plain_greedy_with_the_rungs_widths(micro, tmp_path):
     assert sum(o["drafts_accepted"] for o in block) > 0  # a few training steps already land some drafts
 
 
+@pytest.mark.parametrize("block, capped", [(4, True), (16, False)])
+def test_json_says_when_the_drafters_block_cut_the_rungs_gamma(micro, tmp_path, block, capped):
+    # a single stream's gamma is 8, 12 or 16: a block of 4 cuts every step's (its widths read 4, not the rung's
+    # choice), a block of 16 none
+    _, recipe, target, _ = micro
+    torch.manual_seed(2)
+    path = tmp_path / f"block{block}.safetensors"
+    save_drafter(DflashDrafter(DflashConfig.for_target(target.cfg, block=block, ffn_dim=64)), path, recipe.id)
+    out = _json("--prompt", PROMPTS[0], "--max-tokens", "12", "--spec", "dflash", "--drafter", str(path))[0]
+    assert out["steps"] > 0 and out["dflash_capped"] == (out["steps"] if capped else 0)
+    if capped:
+        assert out["dflash_widths"] == {"4": out["steps"]}
+
+
 @pytest.mark.parametrize("width", range(1, 9))
 def test_dflash_equals_plain_greedy_at_every_tier_width(micro, width):
     # widths 1..8 cover the single stream and the 2, 3..=4 and 5..=8 tiers (gammas 8, 8, 6, 4); one prompt ends
