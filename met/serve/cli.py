@@ -42,7 +42,8 @@ def serve(
              "prompt-lookup).", show_default=False)] = None,
     spec_cost_model: Annotated[str, typer.Option(
         help="static: the MTP gate, ladder and adaptive rung; measured: plan depth from the cost table "
-             "(--spec mtp only).")] = "static",
+             "(--spec mtp only), and copy from each request's history instead where the calibration's "
+             "prompt-lookup bins say a copy pays more.")] = "static",
     spec_cost_table: Annotated[Path | None, typer.Option(
         help="Cost table (default: tables/<box_class>/<recipe>.toml).", show_default=False)] = None,
     calibration: Annotated[Path | None, typer.Option(
@@ -207,8 +208,10 @@ def _banner(service: Service, recipe_id: str, host: str, port: int, settings: Ru
         widths = sorted({1, sched.runner.cache.max_batch})
         plans = "; ".join(f"width {n}: {cost_state.plan(n).why}" for n in widths)
         when = measured_ago(cost_state.table.meta)
+        copies = ("weighing copies from each history (the calibration's prompt-lookup bins)"
+                  if cost_state.calibration.lookup else "MTP drafts only (the calibration has no prompt-lookup bins)")
         typer.echo(f"  planning from {table} ({when + ', ' if when else ''}energy_source {key.energy_source}, "
-                   f"slack {cost_state.slack:g}); with position priors, {plans}", err=True)
+                   f"slack {cost_state.slack:g}), {copies}; with position priors, {plans}", err=True)
     tenants = sorted(set(keys.keys.values()))
     typer.echo(f"  auth: {'none (open)' if keys.open else f'{len(keys.keys)} keys, tenants ' + ', '.join(tenants)}",
                err=True)

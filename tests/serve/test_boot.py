@@ -141,6 +141,7 @@ def test_cli_boots_on_a_matching_table(recipe, tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert started == [("127.0.0.1", 0)] and "planning from" in result.output and "mtp/measured" in result.output
     assert "measured 20" not in result.output  # this table's [meta] does not say when it was measured
+    assert "MTP drafts only (the calibration has no prompt-lookup bins)" in result.output  # what it weighs
     result = _serve(tmp_path, serve_key(recipe), mtp_drafter_key(recipe), meta={"when": "2026-11-30T00:38:54Z"})
     assert result.exit_code == 0 and "planning from" in result.output
     assert "(measured 2026-11-30 00:38 UTC, " in result.output  # its age beside it: plans age with the box
