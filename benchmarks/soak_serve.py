@@ -31,8 +31,8 @@ KINDS = {
     "good_stream": (40, 200), "good_plain": (10, 200), "sampled": (3, 200),
     "disconnect_stream": (8, None), "abandon_plain": (3, None),
     "bad_json": (4, 400), "not_object": (2, 400), "negative_max_tokens": (4, 422), "bad_types": (3, 422),
-    "huge_seed": (2, 422), "unknown_model": (4, 404), "oversized_prompt": (4, 413), "over_context": (3, 400),
-    "huge_body": (1, 413), "wrong_key": (4, 401), "no_key": (2, 401),
+    "huge_seed": (2, 422), "unknown_model": (4, 404), "oversized_prompt": (2, 400), "over_context": (3, 400),
+    "huge_body": (3, 413), "wrong_key": (4, 401), "no_key": (2, 401),
 }
 
 

@@ -2,8 +2,8 @@
 
 Requests are checked in this order, each refusal an OpenAI-shaped error that touches nothing
 else: API key (401, before the body is read), body size (413), JSON (400), fields (422), model
-(404), token ids outside the model's vocabulary (422), prompt longer than the context (413),
-prompt + max_tokens longer than the context (400).
+(404), token ids outside the model's vocabulary (422), prompt longer than the context, or prompt + max_tokens
+(400 context_length_exceeded, as OpenAI's, which clients look for).
 Only then is the request queued for the scheduler. A client that disconnects, mid-stream or
 while waiting for a plain response, has its request cancelled, which frees its slot.
 """
@@ -71,7 +71,7 @@ class Service:
                            f"{self.model_names[0]!r} (GET /v1/models)", "model_not_found", "model")
 
     def to_request(self, body: schemas.CompletionRequest, tenant: str) -> Request:
-        """The scheduler's Request for a validated body; ApiError 404/413/400 for what the engine cannot serve."""
+        """The scheduler's Request for a validated body; ApiError 404/422/400 for what the engine cannot serve."""
         self.check_model(body.model)
         prompt = self.tokenizer.encode(body.prompt) if isinstance(body.prompt, str) else list(body.prompt)
         vocab = self.scheduler.runner.model.cfg.vocab_size
@@ -82,8 +82,9 @@ class Service:
             raise ApiError(422, "the prompt encodes to no tokens", "invalid_value", "prompt")
         n, ctx = len(prompt), self.scheduler.max_len
         if n + 1 > ctx:
-            raise ApiError(413, f"the prompt is {n} tokens and the context holds {ctx} (prompt + at least one "
-                           f"new token); shorten the prompt to at most {ctx - 1} tokens", "prompt_too_long", "prompt")
+            raise ApiError(400, f"the prompt is {n} tokens and the context holds {ctx} (prompt + at least one "
+                           f"new token); shorten the prompt to at most {ctx - 1} tokens", "context_length_exceeded",
+                           "prompt")
         max_tokens = body.max_tokens if body.max_tokens is not None else ctx - n
         if n + max_tokens > ctx:
             raise ApiError(400, f"the context holds {ctx} tokens, the prompt is {n} and max_tokens asks for "

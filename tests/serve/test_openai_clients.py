@@ -46,3 +46,12 @@ def test_the_served_model_can_be_retrieved(model):
         assert got.id == MODEL and got.object == "model"
         with pytest.raises(openai.NotFoundError, match=MODEL):
             _client(srv.url).models.retrieve("gpt-4")
+
+
+@pytest.mark.parametrize("prompt, max_tokens", [("x" * 200, 4), ("x" * 100, 40)], ids=["prompt", "with-max-tokens"])
+def test_a_request_past_the_context_is_a_bad_request_context_length_exceeded(model, prompt, max_tokens):
+    # the prompt alone (200 > 128; was a 413 'prompt_too_long') or with max_tokens: what OpenAI clients look for
+    with serving(model, "off") as srv:
+        with pytest.raises(openai.BadRequestError, match="context") as err:
+            _client(srv.url).completions.create(model=MODEL, prompt=prompt, max_tokens=max_tokens)
+        assert err.value.body["code"] == "context_length_exceeded", err.value.body
