@@ -21,6 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from met.exit_codes import EX_CONFIG, EX_DATAERR, EX_NOINPUT, EX_OK
+from met.path_option import nonempty_model, nonempty_path
 from met.speculative.spec_cost import AcceptanceCalibration, CostTable, DrafterMismatch, TableParseError
 from met.speculative.spec_cost import fields
 from met.speculative.spec_cost.plan import choose, estimate_depths
@@ -28,17 +29,19 @@ from met.speculative.spec_cost.plan import choose, estimate_depths
 tables_app = typer.Typer(help="Check and show measured cost tables.", no_args_is_help=True, rich_markup_mode=None)
 
 FileArg = Annotated[Path, typer.Argument(
-    help="A cost table or calibration file (TOML), or a folder of them (every *.toml under it).", show_default=False)]
-TableArg = Annotated[Path, typer.Argument(help="A cost table file (TOML).", show_default=False)]
+    parser=nonempty_path, help="A cost table or calibration file (TOML), or a folder of them (every *.toml under it).",
+    show_default=False)]
+TableArg = Annotated[Path, typer.Argument(parser=nonempty_path, help="A cost table file (TOML).", show_default=False)]
 CalibrationOpt = Annotated[
     Path | None,
-    typer.Option("--calibration", help="The drafter's calibration file: adds expected tokens, tok/s and tok/J."),
+    typer.Option("--calibration", parser=nonempty_path,
+                 help="The drafter's calibration file: adds expected tokens, tok/s and tok/J."),
 ]
 DEFAULT_RECIPE = "met-tiny-py"  # met.model.recipes.DEFAULT_RECIPE, not imported: that module needs torch
 NoKeyOpt = Annotated[bool, typer.Option("--no-key", help="Check the file alone, not its key against this box.")]
 RecipeOpt = Annotated[str, typer.Option(
-    "--recipe", "--model", help="The recipe the key is compared with: an embedded recipe's name, or a Hugging Face "
-    "checkpoint folder (as met bench spec-cost --model).")]
+    "--recipe", "--model", parser=nonempty_model, help="The recipe the key is compared with: an embedded recipe's "
+    "name, or a Hugging Face checkpoint folder (as met bench spec-cost --model).")]
 BoxClassOpt = Annotated[str | None, typer.Option(
     "--box-class", help="This box's class, if the table was measured with --box-class (default: derived).",
     show_default=False)]
@@ -135,7 +138,7 @@ def _check_one(path: Path, no_key: bool, recipe: str, box_class: str | None, dev
     else:
         typer.echo(f"{path}: valid calibration for drafter {parsed.drafter}: {parsed.outcomes} outcomes, "
                    f"{len(parsed.bins)} confidence bins, {len(parsed.position_priors)} position priors, "
-                   f"{len(parsed.carryover)} carry-over bins")
+                   f"{len(parsed.carryover)} carry-over bins, {len(parsed.lookup)} prompt-lookup bins")
     return EX_OK
 
 
@@ -241,11 +244,28 @@ def show(path: TableArg, calibration: CalibrationOpt = None, slack: SlackOpt = 0
             typer.echo(f"warning: the calibration was fitted on {drafted_for}'s MTP drafter and the table measured "
                        f"{key.recipe}; met serve refuses such a pair (exit 78), so these plans are no serve's",
                        err=True)
+    if cal is not None and cal.lookup:
+        console.print(_lookup_table(cal))
     for n in table.widths:
         grid = _width_table(table, cal, n, slack)
         # never narrower than its figures (a pipe is 80 columns): rich would cut "0.6667" to "0.66…" or drop a column
         need = console.measure(grid, options=console.options.update_width(1 << 12)).minimum
         Console(width=max(console.width, need)).print(grid)
+
+
+def _lookup_table(cal: AcceptanceCalibration) -> Table:
+    """Prompt lookup's bins: a copy's accept rate at each position (given the ones before it), by match length."""
+    grid = Table(title="prompt-lookup copies (the planner weighs them against drafting)", box=box.SIMPLE_HEAD,
+                 title_justify="left")
+    deepest = max(len(b.p_accept) for b in cal.lookup)
+    shown = min(deepest, 8)
+    for header in ["match", "copies", *(f"p{j}" for j in range(1, shown + 1))]:
+        grid.add_column(header, justify="right")
+    for b in cal.lookup:
+        match = str(b.min_match) if b.min_match == b.max_match else f"{b.min_match}-{b.max_match}"
+        rates = [f"{p:.2f}" for p in b.p_accept[:shown]] + ["-"] * (shown - min(len(b.p_accept), shown))
+        grid.add_row(match, str(b.outcomes[0]), *rates)
+    return grid
 
 
 def _width_table(table: CostTable, cal: AcceptanceCalibration | None, n: int, slack: float) -> Table:

@@ -310,3 +310,20 @@ def test_show_prints_every_figure_whole_at_80_columns(tmp_path):
     assert ["0", "10", "0", "-", "2", "0", "1.000", "100", "0.5"] in rows
     assert ["1", "11", "2", "30", "2.2", "0.5", "1.800", "138.5", "0.6667", "◀"] in rows
     assert ["2", "12", "4", "32", "2.4", "1", "2.200", "137.5", "0.6471"] in rows
+
+
+def test_check_counts_and_show_prints_prompt_lookups_bins(tmp_path):
+    from dataclasses import replace
+
+    from met.speculative.spec_cost import LookupBin
+
+    bare = AcceptanceCalibration.parse(calibration_text())
+    bins = [LookupBin(1, 2, (0.25, 0.5), (400, 100)), LookupBin(3, 12, (0.875,), (300,))]
+    cal = write(tmp_path, replace(bare, lookup=bins).to_toml(), "cal.toml")
+    code, out, _ = check(cal)
+    assert code == EX_OK and "2 prompt-lookup bins" in out
+    result = tables("show", str(write(tmp_path, TABLE)), "--calibration", str(cal))
+    assert result.exit_code == EX_OK and "prompt-lookup copies" in result.stdout
+    assert re.search(r"1-2\s+400\s+0\.25\s+0\.50", result.stdout) and re.search(r"3-12\s+300\s+0\.88\s+-", result.stdout)
+    plain = tables("show", str(write(tmp_path, TABLE)), "--calibration", str(write(tmp_path, calibration_text(), "c2.toml")))
+    assert "prompt-lookup copies" not in plain.stdout
