@@ -31,6 +31,7 @@ from met.engine.identity import RunSettings, box_class, device_name, resolve_run
 from met.exit_codes import EX_CANTCREAT, EX_NOINPUT, EX_OK, EX_SOFTWARE
 from met.model.dflash import DrafterError, load_drafter, shipped_path
 from met.model.recipes import DEFAULT_RECIPE, RecipeError, embedded
+from met.path_option import nonempty_path
 from met.serve.boot import (BootError, MeasuredBoot, boot_measured, default_calibration, default_table,
                             energy_source)
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
@@ -55,10 +56,10 @@ PoliciesOpt = Annotated[str | None, typer.Option(
     f"{', '.join(pol.OPTIONAL_POLICIES)} (the recipe's DFlash drafter, its rung's gamma, as met serve --spec dflash).",
     show_default=False)]
 TableOpt = Annotated[Path | None, typer.Option(
-    "--table", help="Cost table of the measured planner (default: tables/<box_class>/<recipe>.toml); also prices "
-    "joules/token when it has energy.", show_default=False)]
+    "--table", parser=nonempty_path, help="Cost table of the measured planner (default: "
+    "tables/<box_class>/<recipe>.toml); also prices joules/token when it has energy.", show_default=False)]
 CalibrationOpt = Annotated[Path | None, typer.Option(
-    "--calibration", help="Drafter calibration (default: beside the table).", show_default=False)]
+    "--calibration", parser=nonempty_path, help="Drafter calibration (default: beside the table).", show_default=False)]
 SlackOpt = Annotated[float, typer.Option(
     "--slack", min=0.0, max=0.99, help="The planner's --spec-cost-slack, as met serve (0: tokens/s alone).")]
 EnergyOpt = Annotated[str, typer.Option(
@@ -73,7 +74,7 @@ LiftOpt = Annotated[bool, typer.Option(
     "--lift-wide-tier", help="Let widths 9..=16 verify two drafts, as met serve --lift-wide-tier (the MTP and "
     "prompt-lookup policies; dflash sizes its own pools from its rung).")]
 OutDirOpt = Annotated[Path, typer.Option(
-    "--out-dir", help=f"Folder of the results: {', '.join(OUT_NAMES)}.")]
+    "--out-dir", parser=nonempty_path, help=f"Folder of the results: {', '.join(OUT_NAMES)}.")]
 QuickOpt = Annotated[bool, typer.Option(
     "--quick", help="4 prompts, 16 tokens, concurrency 1,2,4, 1 repeat: for tests and smoke runs.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress lines; the report and errors only.")]
@@ -108,7 +109,8 @@ def policies(
 
     Policies: off; fixed-1..fixed-4 (MTP at that depth every step); static (MTP gate, ladder and
     adaptive rung: met serve --spec mtp); prompt-lookup; measured (the cost table's planner:
-    met serve --spec mtp --spec-cost-model measured); and, only when named, dflash (the recipe's
+    met serve --spec mtp --spec-cost-model measured, which also copies from each request's history
+    where its calibration's prompt-lookup bins say a copy pays more than drafting); and, only when named, dflash (the recipe's
     DFlash block drafter beside its weights, met serve --spec dflash). Each runs at every concurrency, interleaved over
     the repeats (the order reversed every other repeat); greedy outputs must be identical everywhere.
     Prints and writes the report with PASS/FAIL for the issue's checks, each paired ratio with a

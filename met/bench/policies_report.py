@@ -36,6 +36,7 @@ class Row:
     emitted_per_verify: float | None  # the same with the bonus counted: accepted drafts + 1
     acceptance_at: tuple[float, ...]  # position i: share of drafts verified there with drafts 0..=i all accepted
     steps: int  # decode/verify steps in all repeats
+    modes: tuple[tuple[str, float], ...] = ()  # (mode, share of steps): plain, mtp, lookup (copies, host drafts), dflash
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +86,18 @@ def summarise(runs: Sequence[Run], table: CostTable | None) -> list[Row]:
                         sum(r.accepted for r in group) / verify if verify else None,
                         sum(r.emitted_in_verify for r in group) / verify if verify else None,
                         tuple(a / p for a, p in zip(accepted, proposed) if p),
-                        sum(n for r in group for *_, n in r.steps)))
+                        sum(n for r in group for *_, n in r.steps), _mode_shares(group)))
     return rows
+
+
+def _mode_shares(runs: Sequence[Run]) -> tuple[tuple[str, float], ...]:
+    """Each step mode's share of the runs' steps, in the order the modes first ran."""
+    counts: dict[str, int] = {}
+    for r in runs:
+        for mode, *_, n in r.steps:
+            counts[mode] = counts.get(mode, 0) + n
+    total = sum(counts.values())
+    return tuple((mode, n / total) for mode, n in counts.items()) if total else ()
 
 
 def _geomean(values: Sequence[float]) -> float:
@@ -209,15 +220,16 @@ def markdown(meta: dict, rows: Sequence[Row], results: Sequence[Check], problems
              f"greedy; concurrency {', '.join(map(str, w['concurrencies']))}; {w['repeats']} repeats, policies "
              f"interleaved (order reversed every other repeat); verify pools: {meta['pools']}.", "",
              "| policy | concurrency | tok/s (median) | min..max | spread | vs off | tok/s in steps | J/token "
-             "| mean accepted length | emitted per verify | acceptance per position |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| mean accepted length | emitted per verify | acceptance per position | steps by mode |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
         vs_off = f"{r.tokens_per_s / off[r.concurrency]:.2f}x" if off.get(r.concurrency) else "n/a"
         accept = " ".join(f"{a:.2f}" for a in r.acceptance_at) or "-"
         lines.append(f"| {r.policy} | {r.concurrency} | {r.tokens_per_s:.1f} | {r.tokens_per_s_min:.1f}.."
                      f"{r.tokens_per_s_max:.1f} | {r.spread:.1%} | {vs_off} | {r.step_tokens_per_s:.1f} | "
                      f"{_fmt(r.joules_per_token, '.4g')} | "
-                     f"{_fmt(r.mean_accepted_length, '.2f')} | {_fmt(r.emitted_per_verify, '.2f')} | {accept} |")
+                     f"{_fmt(r.mean_accepted_length, '.2f')} | {_fmt(r.emitted_per_verify, '.2f')} | {accept} | "
+                     f"{', '.join(f'{m} {share:.0%}' for m, share in r.modes) or '-'} |")
     lines += ["", "Notes:", "",
               "- tok/s: completion tokens over wall seconds from the first submit to the last finish, through the "
               "scheduler in-process (no HTTP), prefill and admission included; median over repeats; spread = "
@@ -231,7 +243,8 @@ def markdown(meta: dict, rows: Sequence[Row], results: Sequence[Check], problems
               "- tok/s in steps: tokens emitted by decode/verify steps over those steps' draft + verify seconds "
               "(no prefill, admission or streaming): what the steps alone deliver.",
               "- J/token: " + (f"priced from the table ({meta['energy_source']} joules): each step at its width and "
-                               "deepest depth, verify joules plus MTP draft joules, over every completion token "
+                               "deepest depth, verify joules plus MTP draft joules (a step of copies or host drafts: the "
+                               "verify's alone), over every completion token "
                                "(each request's first comes from its prefill); prefill and host lookup drafting "
                                "are not priced, so every figure is a lower bound, prompt-lookup's the more so."
                                if meta["energy_source"] not in (None, "none") else
@@ -240,6 +253,9 @@ def markdown(meta: dict, rows: Sequence[Row], results: Sequence[Check], problems
               "token NOT counted; emitted per verify counts it (accepted + 1).",
               "- acceptance per position i: of sequence-steps that verified a draft at position i, the share whose "
               "drafts 1..i were all accepted.",
+              "- steps by mode: plain (no draft verified), mtp (MTP drafts), lookup (host drafts; the measured "
+              "planner's copies from the histories), dflash; the accepted lengths and rates count every mode's drafts "
+              "together.",
               "- fixed-k asks k drafts every step; the verify pools clamp it (widths 9..=16 verify one draft unless "
               "the wide tier is lifted), as they clamp every policy in the serve.", "",
               "Checks:", ""]

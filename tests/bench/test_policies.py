@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 import met.bench.policies as pol
 import met.bench.policies_cli as policies_cli
 from met.bench.policies_identity import mismatches
-from met.bench.policies_report import checks, median_interval, paired_ratio, price, summarise
+from met.bench.policies_report import checks, markdown, median_interval, paired_ratio, price, summarise
 from met.cli import app
 from met.engine.identity import MODES, RunSettings, mtp_drafter_key, serve_table_key
 from met.engine.policy_base import Outcome, PlainPolicy, StepPlan
@@ -113,6 +113,20 @@ def test_drafting_policies_draft_and_off_does_not(runs):
     assert len(rows["fixed-4", 1].acceptance_at) == 4 and len(rows["fixed-1", 1].acceptance_at) == 1
     fixed4 = next(r for r in runs if r.policy == "fixed-4" and r.concurrency == 1)
     assert max(k for _, _, k, _ in fixed4.steps) == 4
+
+
+def test_rows_share_each_policys_steps_by_mode(runs):
+    # off decodes plainly every step; fixed depths draft MTP (a request's last token leaves a plain step);
+    # prompt lookup copies or, without a match, decodes plainly; every row's shares add up to 1
+    rows = {(r.policy, r.concurrency): r for r in summarise(runs, None)}
+    assert rows["off", 1].modes == (("plain", 1.0),)
+    assert dict(rows["fixed-3", 1].modes)["mtp"] > 0.5 and set(dict(rows["prompt-lookup", 4].modes)) <= {"plain", "lookup"}
+    assert all(abs(sum(share for _, share in r.modes) - 1.0) < 1e-9 for r in rows.values())
+    report = markdown({"machine": {"box_class": "b"}, "table": None, "energy_source": None, "calibration": None, "when": "now",
+                       "pools": "p", "workload": {"prompts": 6, "prompt_source": "s", "max_tokens": 12,
+                                                  "concurrencies": [1], "repeats": 2}, "command": "c",
+                       "recipe": "r", "box_class": "b"}, list(rows.values()), [], [])
+    assert "| plain 100% |" in report
 
 
 def test_pools_clamp_fixed_depths_at_wide_widths(model):
