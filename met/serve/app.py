@@ -1,4 +1,4 @@
-"""The OpenAI-compatible HTTP API: /v1/completions (plain and SSE), /v1/models[/{id}], /v1/snapshot, /health, /metrics.
+"""OpenAI-compatible HTTP API: /v1/completions (plain and SSE), /v1/models[/{model}], /v1/snapshot, /health, /metrics.
 
 Requests are checked in this order, each refusal an OpenAI-shaped error that touches nothing
 else: API key (401, before the body is read), body size (413), JSON (400), fields (422), model
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from fastapi import FastAPI, Request as HttpRequest
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -156,6 +157,13 @@ def create_app(service: Service) -> FastAPI:
         # an unknown path (404) or a method the path does not take (405), in OpenAI's shape like every error
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         message = f"{request.method} {request.url.path}: {exc.detail}"
+        if exc.status_code == 404:
+            served = ", ".join(f"{method} {route.path_format}" for route in request.app.routes
+                               if isinstance(route, APIRoute) for method in sorted(route.methods))
+            message += f"; this server serves {served}"
+            if request.url.path.rstrip("/").endswith("/chat/completions"):
+                message += ("; chat completions are not served (no chat template is applied): send the text as a "
+                            "prompt to POST /v1/completions")
         return JSONResponse(error_body(exc.status_code, message, code), status_code=exc.status_code,
                             headers=exc.headers)
 
@@ -187,9 +195,9 @@ def create_app(service: Service) -> FastAPI:
     async def models() -> dict:
         return schemas.model_list([names[0]], service.created)
 
-    @app.get("/v1/models/{name:path}")
-    async def model(name: str) -> dict:
-        service.check_model(name)  # an alias answers with the model it names
+    @app.get("/v1/models/{model:path}")
+    async def model(model: str) -> dict:
+        service.check_model(model)  # an alias answers with the model it names
         return schemas.model_object(names[0], service.created)
 
     @app.get("/v1/snapshot")

@@ -55,3 +55,11 @@ def test_a_request_past_the_context_is_a_bad_request_context_length_exceeded(mod
         with pytest.raises(openai.BadRequestError, match="context") as err:
             _client(srv.url).completions.create(model=MODEL, prompt=prompt, max_tokens=max_tokens)
         assert err.value.body["code"] == "context_length_exceeded", err.value.body
+
+
+def test_chat_completions_is_refused_saying_what_is_served(model):
+    # no chat template: a chat client's 404 says to send the text as a prompt to /v1/completions
+    with serving(model, "off") as srv:
+        with pytest.raises(openai.NotFoundError, match="/v1/completions") as err:
+            _client(srv.url).chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+        assert err.value.body["code"] == "not_found"
