@@ -34,13 +34,15 @@ from met.model.dflash import DflashDrafter, DrafterError, load_drafter, shipped_
 from met.model.recipes import DEFAULT_RECIPE, Recipe, RecipeError, embedded
 from met.model.sources import is_path, recipe_name, resolve, tokenizer_for
 from met.model.tokenizer import BYTES, Tokenizer
+from met.path_option import nonempty_model, nonempty_path
 from met.say import say
 from met.speculative.spec_cost import AcceptanceCalibration, CostTable, SpecCostError, TableParseError
 
 EX_USAGE = 2  # what click answers a bad option with; the command uses it for bad values it finds later
 
 RecipeOpt = Annotated[str, typer.Option(
-    "--recipe", "--model", help="Embedded recipe name, or a Hugging Face checkpoint folder (Llama, Qwen2), to measure "
+    "--recipe", "--model", parser=nonempty_model,
+    help="Embedded recipe name, or a Hugging Face checkpoint folder (Llama, Qwen2), to measure "
     "(a model without an MTP module: plain decode cells only, k = 0).")]
 DrafterOpt = Annotated[str, typer.Option(
     "--drafter", help="Whose draft step to time: mtp (the recipe's MTP module) or dflash (its DFlash block drafter, "
@@ -78,10 +80,12 @@ CalibrateOpt = Annotated[bool | None, typer.Option(
     "--calibrate/--no-calibrate", help="Also fit the drafter's acceptance calibration (written beside the table) "
     "(default: when the model has an MTP drafter).", show_default=False)]
 PromptsOpt = Annotated[Path | None, typer.Option(
-    "--calibration-prompts", help="Calibration prompts: a JSON Lines file (strings or {\"prompt\": ...}) or a "
-    "folder of text files (default: 128 mid-file windows of the model card's held-out files).", show_default=False)]
+    "--calibration-prompts", parser=nonempty_path,
+    help="Calibration prompts: a JSON Lines file (strings or {\"prompt\": ...}) or a folder of text files "
+    "(default: 128 mid-file windows of the model card's held-out files).", show_default=False)]
 OutOpt = Annotated[Path | None, typer.Option(
-    "--out", help="Table file (default: tables/<box_class>/<recipe>.toml); the calibration goes to "
+    "--out", parser=nonempty_path,
+    help="Table file (default: tables/<box_class>/<recipe>.toml); the calibration goes to "
     "<out>.calibration.toml with .toml dropped.", show_default=False)]
 QuickOpt = Annotated[bool, typer.Option(
     "--quick", help="A small sweep for tests and smoke runs (seconds); needs --out, so it never replaces the table "
@@ -419,7 +423,7 @@ def _write(path: Path, cal_path: Path, old: Existing, table: CostTable, calibrat
     if calibration is not None:
         say(f"wrote {cal_path} ({calibration.outcomes} judged drafts, "
             f"{len(calibration.bins)} confidence bins, {len(calibration.position_priors)} position priors, "
-            f"{len(calibration.carryover)} carry-over bins)")
+            f"{len(calibration.carryover)} carry-over bins, {len(calibration.lookup)} prompt-lookup bins)")
 
 
 def _recipe(name: str) -> Recipe:
