@@ -5,7 +5,8 @@ else: API key (401, before the body is read), body size (413), JSON (400), field
 (404), token ids outside the model's vocabulary (422), prompt longer than the context, or prompt + max_tokens
 (400 context_length_exceeded, as OpenAI's, which clients look for).
 Only then is the request queued for the scheduler. A client that disconnects, mid-stream or
-while waiting for a plain response, has its request cancelled, which frees its slot.
+while waiting for a plain response, has its request cancelled, which frees its slot; one that
+disconnects while its body is read never reaches the scheduler (499 in /metrics, as the others).
 """
 
 import asyncio
@@ -19,6 +20,7 @@ from fastapi import FastAPI, Request as HttpRequest
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from met.engine.policy import PolicyConfig, build_policy
@@ -166,6 +168,11 @@ def create_app(service: Service) -> FastAPI:
                             "prompt to POST /v1/completions")
         return JSONResponse(error_body(exc.status_code, message, code), status_code=exc.status_code,
                             headers=exc.headers)
+
+    @app.exception_handler(ClientDisconnect)
+    async def _client_left(request: HttpRequest, exc: ClientDisconnect) -> Response:
+        # the client hung up while its body was read: nobody reads an answer, and no bug of ours to log as a 500
+        return Response(status_code=499)
 
     @app.exception_handler(Exception)
     async def _server_error(request: HttpRequest, exc: Exception) -> JSONResponse:
