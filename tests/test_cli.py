@@ -1,10 +1,13 @@
 """The CLI wiring: help, version, the sub-apps it exposes, and output that cannot be written."""
 
+import functools
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from met import __version__
@@ -36,3 +39,57 @@ def test_output_on_a_full_disk_is_exit_74_in_one_line(args):
                               stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parent.parent, timeout=120)
     assert done.returncode == EX_IOERR
     assert done.stderr == "error: cannot write the output: No space left on device\n"
+
+
+def _commands(group, words: tuple[str, ...] = ()):
+    """Every command of met's click tree with the words that name it, (("tables", "check"), command), ..."""
+    for name, command in getattr(group, "commands", {}).items():
+        if getattr(command, "commands", None):
+            yield from _commands(command, words + (name,))
+        else:
+            yield words + (name,), command
+
+
+def _names_a_path(hint) -> bool:
+    """Whether an Annotated parameter's type is Path or holds it (Path | None)."""
+    kind = typing.get_args(hint)[0]
+    return kind is Path or Path in typing.get_args(kind)
+
+
+# (command words, its function, the parameter): every option and argument naming a file or folder, and --model
+PATH_PARAMS = [(words, command.callback, param) for words, command in _commands(typer.main.get_command(app))
+               for hints in [typing.get_type_hints(command.callback, include_extras=True)]
+               for param in command.params if _names_a_path(hints[param.name]) or "--model" in param.opts]
+
+
+def test_the_path_audit_sees_every_command():
+    found = {(" ".join(words), param.opts[0]) for words, _, param in PATH_PARAMS}
+    assert {("model train", "--out-dir"), ("tables check", "path"), ("serve", "--api-keys-file"),
+            ("bench spec-cost", "--out"), ("generate", "--model")} <= found and len(found) >= 20
+
+
+@pytest.mark.parametrize("words, function, param", PATH_PARAMS,
+                         ids=[f"{' '.join(w)} {p.opts[0]}" for w, _, p in PATH_PARAMS])
+def test_an_empty_path_is_exit_2_naming_the_option_before_the_command_runs(words, function, param):
+    # typer reads '' as Path('.'): `met model train --out-dir ''` (an unset variable) wrote into the current
+    # folder. A stub with the command's signature stands in for it: only the parse runs, as it does in met
+    calls = []
+
+    @functools.wraps(function)
+    def stub(**kwargs):
+        calls.append(kwargs)
+
+    one = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False)
+    one.command()(stub)
+    arguments = ["x" for p in typer.main.get_command(one).params if p.param_type_name == "argument"]
+
+    def run(value: str):
+        return CliRunner().invoke(one, [value] if param.param_type_name == "argument" else
+                                  [*arguments, param.opts[0], value])
+
+    result = run("")
+    lines = [line for line in result.output.splitlines() if "is empty" in line]
+    assert result.exit_code == 2 and not calls, result.output
+    assert len(lines) == 1 and f"Invalid value for '{param.opts[0]}'" in lines[0]
+    result = run("a/b")  # a value is still what the command reads: a Path for a path, the text for --model
+    assert result.exit_code == 0 and calls[0][param.name] == (Path("a/b") if "--model" not in param.opts else "a/b")

@@ -15,6 +15,7 @@ from met.exit_codes import EX_DATAERR, EX_NOINPUT
 from met.model.dflash import DrafterError, load_drafter, shipped_path
 from met.model.recipes import DEFAULT_RECIPE, RecipeError
 from met.model.sources import context_len, resolve, tokenizer_for
+from met.path_option import nonempty_model, nonempty_path
 
 MAX_BATCH = 256  # as serve's --max-batch: the KV cache of every slot is allocated up front
 MAX_TEMPERATURE = 100.0  # past this the distribution is uniform to float precision; 1e308 overflowed
@@ -58,7 +59,8 @@ def summary(o: Output, text: str) -> dict:
 
 def generate(
     prompt: Annotated[str | None, typer.Option(help="One prompt.")] = None,
-    prompts: Annotated[Path | None, typer.Option(help="JSONL file of prompts (strings or {\"prompt\": ...}).")] = None,
+    prompts: Annotated[Path | None, typer.Option(
+        parser=nonempty_path, help="JSONL file of prompts (strings or {\"prompt\": ...}).")] = None,
     max_tokens: Annotated[int, typer.Option(min=1, help="Tokens to generate per prompt.")] = 128,
     spec: Annotated[str, typer.Option(help=f"Drafting: {', '.join(SPEC_MODES)}.")] = "off",
     depth: Annotated[int, typer.Option(min=0, max=16, help="Drafts per step (fixed; dflash: the rung's).")] = 3,
@@ -66,6 +68,7 @@ def generate(
         min=1, max=NGRAM_MAX, help="ngram / prompt-lookup: the shortest match of the text's end that proposes "
         "drafts (a longer one is likelier accepted; where a verified draft costs much, as on a CPU, 3 pays).")] = 1,
     drafter: Annotated[Path | None, typer.Option(
+        parser=nonempty_path,
         help="DFlash drafter for --spec dflash (default: <recipe>.dflash.safetensors beside its weights).",
         show_default=False)] = None,
     batch: Annotated[int, typer.Option(min=1, max=MAX_BATCH, help="Prompts run together (width).")] = 1,
@@ -74,7 +77,8 @@ def generate(
     seed: Annotated[int, typer.Option(min=-(1 << 63), max=(1 << 64) - 1,
                                       help="Sampling seed: the same text under every --spec, depth and --batch.")] = 0,
     model: Annotated[str, typer.Option(
-        "--model", "--recipe", help="Embedded recipe name, or a Hugging Face checkpoint folder (Llama, Qwen2).",
+        "--model", "--recipe", parser=nonempty_model,
+        help="Embedded recipe name, or a Hugging Face checkpoint folder (Llama, Qwen2).",
     )] = DEFAULT_RECIPE,
     max_len: Annotated[int, typer.Option(
         min=0, help="Context per sequence (0: the model's, at most 2048).")] = 0,

@@ -28,6 +28,7 @@ from met.model.train import TrainParams, train
 from met.model.train_state import ChangedParams, PastSteps, UnusableCheckpoint, shown
 from met.model.transformer import Transformer
 from met.model.weights import save_weights, write_card
+from met.path_option import nonempty_path
 
 _D = TrainParams()
 _DF = DflashTrainParams()
@@ -36,6 +37,7 @@ console = Console(stderr=True, soft_wrap=True)  # a line to a log or pipe stays 
 
 def train_cmd(
     out_dir: Annotated[Path | None, typer.Option(
+        parser=nonempty_path,
         help="Folder for checkpoints, weights and the card (default: runs/met-tiny-py; dflash: runs/<target>-dflash).",
         show_default=False)] = None,
     preset: Annotated[str | None, typer.Option(

@@ -14,6 +14,7 @@ from rich.console import Console
 from met.exit_codes import EX_DATAERR, EX_NOINPUT
 from met.model.config import ModelConfig
 from met.model.weights import read_card
+from met.path_option import nonempty_model
 
 if TYPE_CHECKING:
     from met.model.recipes import Recipe
@@ -29,7 +30,8 @@ def fail(message: str, code: int) -> typer.Exit:
 
 def info_cmd(
     recipe: Annotated[str, typer.Option(
-        "--model", "--recipe", help="Embedded recipe name, or a Hugging Face checkpoint folder (Llama, Qwen2).",
+        "--model", "--recipe", parser=nonempty_model,
+        help="Embedded recipe name, or a Hugging Face checkpoint folder (Llama, Qwen2).",
     )] = "met-tiny-py",
     as_json: Annotated[bool, typer.Option("--json", help="Print the whole card as JSON.")] = False,
 ) -> None:

@@ -17,6 +17,7 @@ from met.exit_codes import EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE
 from met.model.dflash import DrafterError, load_drafter, shipped_path
 from met.model.recipes import DEFAULT_RECIPE, RecipeError
 from met.model.sources import context_len, resolve, tokenizer_for
+from met.path_option import nonempty_model, nonempty_path
 from met.serve import server, tui
 from met.serve.app import Service, create_app
 from met.serve.auth import DEFAULT_TENANT, KeyRing, KeysFileError, read_keys_file
@@ -36,6 +37,7 @@ def _fail(code: int, *lines: str) -> typer.Exit:
 
 def serve(
     model: Annotated[str, typer.Option(
+        parser=nonempty_model,
         help="Embedded recipe name, or a Hugging Face checkpoint folder (Llama, Qwen2) to serve.")] = DEFAULT_RECIPE,
     spec: Annotated[str | None, typer.Option(
         help=f"Drafting: {' | '.join(SERVE_SPECS)} (default: mtp if the model has an MTP module, else "
@@ -45,9 +47,11 @@ def serve(
              "(--spec mtp only), and copy from each request's history instead where the calibration's "
              "prompt-lookup bins say a copy pays more.")] = "static",
     spec_cost_table: Annotated[Path | None, typer.Option(
-        help="Cost table (default: tables/<box_class>/<recipe>.toml).", show_default=False)] = None,
+        parser=nonempty_path, help="Cost table (default: tables/<box_class>/<recipe>.toml).",
+        show_default=False)] = None,
     calibration: Annotated[Path | None, typer.Option(
-        help="Drafter calibration (default: beside the table, <recipe>.calibration.toml).", show_default=False)] = None,
+        parser=nonempty_path, help="Drafter calibration (default: beside the table, <recipe>.calibration.toml).",
+        show_default=False)] = None,
     spec_cost_slack: Annotated[float, typer.Option(
         min=0.0, max=0.99, help="Tokens/s the planner may give up for tokens/J (0.1: within 10% of the best).")] = 0.1,
     energy: Annotated[str, typer.Option(
@@ -69,6 +73,7 @@ def serve(
         min=1, max=NGRAM_MAX, help="ngram / prompt-lookup: the shortest match of the text's end that proposes "
         "drafts (a longer one is likelier accepted; where a verified draft costs much, as on a CPU, 3 pays).")] = 1,
     drafter: Annotated[Path | None, typer.Option(
+        parser=nonempty_path,
         help="DFlash drafter for --spec dflash (default: <recipe>.dflash.safetensors beside its weights).",
         show_default=False)] = None,
     device: Annotated[str | None, typer.Option(
@@ -83,6 +88,7 @@ def serve(
         "--api-key", help="A key clients must send (Bearer); tenant \"default\". Repeatable.", show_default=False,
     )] = None,
     api_keys_file: Annotated[Path | None, typer.Option(
+        parser=nonempty_path,
         help="File of `KEY TENANT` lines: each key's requests share lookups only within its tenant.",
         show_default=False)] = None,
     tui_: Annotated[bool, typer.Option("--tui", help="Show the live dashboard in this terminal.")] = False,

@@ -67,6 +67,18 @@ def test_option_values_out_of_range_exit_2(no_training, tmp_path, option, value,
     assert message in result.output and not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("drafter", ["mtp", "dflash"])
+def test_an_empty_out_dir_exits_2_and_writes_nothing_here(no_training, tmp_path, monkeypatch, drafter):
+    # typer reads '' (an unset variable) as Path('.'): the run trained into the current folder
+    import met.engine.train_dflash_cli as train_dflash_cli
+
+    monkeypatch.setattr(train_dflash_cli, "load_split", train_cli.load_split)  # no_training's, which raises
+    monkeypatch.chdir(tmp_path)
+    result = _run("model", "train", "--drafter", drafter, "--out-dir", "")
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--out-dir': is empty" in result.output and not list(tmp_path.iterdir())
+
+
 def test_a_seq_len_past_the_presets_context_exits_2(no_training, tmp_path):
     # micro's context is 128: 127 leaves no room for the 2 MTP targets (train raised a ValueError traceback)
     result = _run("model", "train", "--preset", "micro", "--seq-len", "127", "--out-dir", str(tmp_path))
