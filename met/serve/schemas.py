@@ -109,7 +109,7 @@ class CompletionRequest(BaseModel):
 def parse_request(raw: bytes) -> CompletionRequest:
     """The request from a body: ApiError 400 if it is not JSON, 422 (naming each field) if a field is invalid."""
     try:
-        doc = json.loads(raw)
+        doc = json.loads(raw, parse_constant=_not_json)
     except (ValueError, RecursionError) as exc:  # also: invalid UTF-8, a 5000-digit number, nesting past the stack
         reason = str(exc).split("; use sys.set_int_max_str_digits", 1)[0]  # advice for Python callers, not clients
         raise ApiError(400, f"the request body is not valid JSON ({reason})", "invalid_json") from None
@@ -124,6 +124,11 @@ def parse_request(raw: bytes) -> CompletionRequest:
                     for err in exc.errors()]
         first = exc.errors()[0]["loc"]
         raise ApiError(422, "; ".join(problems), "invalid_value", str(first[0]) if first else None) from None
+
+
+def _not_json(name: str) -> None:
+    # Python's json reads NaN and ±Infinity, JSON has no such numbers: a field's range check would misname them
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def completion(rid: str, model: str, created: int, text: str, finish: str, prompt_tokens: int,

@@ -101,6 +101,8 @@ def test_bad_requests_get_their_4xx_and_never_reach_the_scheduler(model):
         (good | {"prompt": "\ud800abc"}, "k1", 422, "not valid Unicode"),  # a lone surrogate (was a 500)
         (good | {"stop": ["\n", "\ud83d"]}, "k1", 422, "not valid Unicode"),  # half an emoji (was a stop never met)
         (b'{"prompt": "a", "seed": ' + b"9" * 5000 + b"}", "k1", 400, "4300 digits"),  # (was a 500)
+        (b'{"prompt": "a", "temperature": NaN}', "k1", 400, "NaN is not a JSON number"),  # (was 'at most 2')
+        (b'{"prompt": "a", "top_p": -Infinity}', "k1", 400, "-Infinity is not"),  # (was 'greater than 0')
         (b'{"prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "k1", 400, "recursion"),  # (was a 500)
         (good | {"model": "gpt-4"}, "k1", 404, "gpt-4"),  # unknown model
         (good | {"prompt": "x" * 200}, "k1", 400, "200 tokens"),  # longer than the context (128; was a 413)
