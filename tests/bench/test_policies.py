@@ -129,6 +129,25 @@ def test_rows_share_each_policys_steps_by_mode(runs):
     assert "| plain 100% |" in report
 
 
+def test_the_measured_planner_copies_through_the_bench_as_through_the_serve(model):
+    # a calibration whose prompt-lookup bins trust copies: the bench's measured policy copies where histories
+    # recur (the scheduler must index them for it, as the serve's does), and its outputs stay plain greedy's
+    from dataclasses import replace
+
+    from met.speculative.spec_cost import LookupBin
+
+    key = TableKey(BOX, "micro@t", "none", {m: "0" * 16 for m in MODES})
+    drafter = mtp_drafter_key(type("R", (), {"name": "micro", "digest": "t"})())
+    state = _state(key, drafter)
+    cal = replace(state.calibration, lookup=[LookupBin(1, 12, (0.95,) * 4, (400, 300, 200, 100))])
+    state = SpecCostState(state.table, cal, 0.1, key, drafter)
+    factories = pol.policy_factories(["off", "measured"], model.cfg.mtp_depth, DEFAULT_POOLS, state, {})
+    copied = pol.run_all(model, "micro@t", factories, pol.Workload(_prompts(4), 16, (1, 4), 1))
+    rows = {(r.policy, r.concurrency): r for r in summarise(copied, None)}
+    assert all(dict(rows["measured", c].modes).get("lookup", 0) > 0 for c in (1, 4))
+    assert mismatches(copied) == []
+
+
 def test_pools_clamp_fixed_depths_at_wide_widths(model):
     # 10 requests: fixed-4 verifies four drafts at width 4, one at width 10 (the default pools' wide tier)
     factories = pol.policy_factories(["fixed-4"], model.cfg.mtp_depth, DEFAULT_POOLS, None, {})
