@@ -68,18 +68,7 @@ class CarryBin:
         object.__setattr__(self, "upper", fields.number(self.upper, "upper"))
         if self.upper > 0.0:
             raise TableParseError("upper", self.upper, "is not a log-probability (<= 0)")
-        for name in ("p_accept", "outcomes"):
-            value = getattr(self, name)
-            if not isinstance(value, list | tuple):
-                raise TableParseError(name, value, "is not an array (one value per position)")
-            if not 1 <= len(value) <= MAX_POSITION:
-                raise TableParseError(name, None, f"holds {len(value)} values (expected 1..={MAX_POSITION}, one per "
-                                      "position)", show_value=False)
-        if len(self.outcomes) != len(self.p_accept):
-            raise TableParseError("outcomes", self.outcomes, f"has {len(self.outcomes)} values for "
-                                  f"{len(self.p_accept)} positions of p_accept", show_value=False)
-        rates = tuple(fields.probability(p, f"p_accept[{j}]") for j, p in enumerate(self.p_accept))
-        counts = tuple(fields.whole(n, f"outcomes[{j}]", MIN_OUTCOMES, 1 << 62) for j, n in enumerate(self.outcomes))
+        rates, counts = fields.position_rates(self.p_accept, self.outcomes, MAX_POSITION)
         object.__setattr__(self, "p_accept", rates)
         object.__setattr__(self, "outcomes", counts)
 
@@ -403,10 +392,4 @@ def _monotone(bins: list[tuple[float, Counts]]) -> list[tuple[float, Counts]]:
 
 def _carry_bin(upper: float, counts: Counts) -> CarryBin:
     """A carry-over bin of the positions, from the first, that each rest on MIN_OUTCOMES."""
-    rates, kept = [], []
-    for n, a in zip(counts[::2], counts[1::2]):
-        if n < MIN_OUTCOMES:
-            break
-        rates.append(a / n)
-        kept.append(n)
-    return CarryBin(upper, rates, kept)
+    return CarryBin(upper, *fields.leading_rates(counts))

@@ -8,7 +8,7 @@ import re
 import tomllib
 
 import tomli_w
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from met.speculative.spec_cost.errors import TableParseError
 
@@ -203,3 +203,31 @@ def dump(doc: Mapping, arrays: Mapping[str, list[dict]]) -> str:
     for key, items in arrays.items():
         parts += [f"\n[[{key}]]\n{tomli_w.dumps(item)}" for item in items]
     return "".join(parts)
+
+
+def position_rates(p_accept: object, outcomes: object, most: int) -> tuple[tuple[float, ...], tuple[int, ...]]:
+    """Rates by position (1..=most of them, each in [0, 1]) and as many outcome counts, each >= MIN_OUTCOMES."""
+    for field, value in (("p_accept", p_accept), ("outcomes", outcomes)):
+        if not isinstance(value, list | tuple):
+            raise TableParseError(field, value, "is not an array (one value per position)")
+        if not 1 <= len(value) <= most:
+            raise TableParseError(field, None, f"holds {len(value)} values (expected 1..={most}, one per position)",
+                                  show_value=False)
+    if len(outcomes) != len(p_accept):
+        raise TableParseError("outcomes", outcomes, f"has {len(outcomes)} values for {len(p_accept)} positions of "
+                              "p_accept", show_value=False)
+    rates = tuple(probability(p, f"p_accept[{j}]") for j, p in enumerate(p_accept))
+    counts = tuple(whole(n, f"outcomes[{j}]", MIN_OUTCOMES, 1 << 62) for j, n in enumerate(outcomes))
+    return rates, counts
+
+
+def leading_rates(counts: Sequence[int]) -> tuple[list[float], list[int]]:
+    """From counts (judged, accepted) by position, interleaved: the rates and counts of the positions, from the
+    first, that each rest on MIN_OUTCOMES."""
+    rates, kept = [], []
+    for n, a in zip(counts[::2], counts[1::2]):
+        if n < MIN_OUTCOMES:
+            break
+        rates.append(a / n)
+        kept.append(n)
+    return rates, kept

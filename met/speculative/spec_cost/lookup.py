@@ -47,18 +47,7 @@ class LookupBin:
     def __post_init__(self) -> None:
         fields.whole(self.min_match, "min_match", 1, LOOKUP_MAX_NGRAM)
         fields.whole(self.max_match, "max_match", self.min_match, LOOKUP_MAX_NGRAM)
-        for name in ("p_accept", "outcomes"):
-            value = getattr(self, name)
-            if not isinstance(value, list | tuple):
-                raise TableParseError(name, value, "is not an array (one value per position)")
-            if not 1 <= len(value) <= FIT_DEPTH:
-                raise TableParseError(name, None, f"holds {len(value)} values (expected 1..={FIT_DEPTH}, one per "
-                                      "position)", show_value=False)
-        if len(self.outcomes) != len(self.p_accept):
-            raise TableParseError("outcomes", self.outcomes, f"has {len(self.outcomes)} values for "
-                                  f"{len(self.p_accept)} positions of p_accept", show_value=False)
-        rates = tuple(fields.probability(p, f"p_accept[{j}]") for j, p in enumerate(self.p_accept))
-        counts = tuple(fields.whole(n, f"outcomes[{j}]", MIN_OUTCOMES, 1 << 62) for j, n in enumerate(self.outcomes))
+        rates, counts = fields.position_rates(self.p_accept, self.outcomes, FIT_DEPTH)
         object.__setattr__(self, "p_accept", rates)
         object.__setattr__(self, "outcomes", counts)
 
@@ -118,17 +107,7 @@ def fit_lookup(streams: Iterable[tuple[Sequence[int], Sequence[int]]]) -> tuple[
     if pending is not None and merged:  # a short tail joins the bin before it
         first, _, total = merged[-1]
         merged[-1] = (first, LOOKUP_MAX_NGRAM, [a + b for a, b in zip(total, pending[1])])
-    return tuple(_bin(lo, hi, row) for lo, hi, row in merged)
-
-
-def _bin(lo: int, hi: int, row: list[int]) -> LookupBin:
-    rates, kept = [], []
-    for n, a in zip(row[::2], row[1::2]):
-        if n < MIN_OUTCOMES:
-            break
-        rates.append(a / n)
-        kept.append(n)
-    return LookupBin(lo, hi, rates, kept)
+    return tuple(LookupBin(lo, hi, *fields.leading_rates(row)) for lo, hi, row in merged)
 
 
 def copy_accepted_by_depth(bins: Sequence[LookupBin], match: int, length: int, depth: int) -> list[float]:
