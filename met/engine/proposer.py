@@ -62,9 +62,11 @@ class Proposer:
     def matched_copy(self, depth: int) -> tuple[int, list[int]]:
         """The length of the history's longest recurring suffix and up to depth tokens that followed it ((0, []): none).
 
-        Own history only, whatever the window: the measured planner chooses how deep to verify it.
+        Own history only, whatever the window: the measured planner chooses how deep to verify it. A
+        continuation that reaches the present goes on as a loop of itself (PromptLookup.matched_copy's
+        cyclic), as the calibration's copies (met.speculative.spec_cost.lookup) do.
         """
-        return self.lookup.matched_copy(depth) if self.lookup is not None else (0, [])
+        return self.lookup.matched_copy(depth, cyclic=True) if self.lookup is not None else (0, [])
 
     def observe(self, proposed: int, accepted: int, emitted: list[int]) -> None:
         """Record a verify step's outcome and extend the history."""

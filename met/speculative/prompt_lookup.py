@@ -111,13 +111,24 @@ class PromptLookup:
         """Return up to num_tokens tokens of the match's continuation, ignoring the window."""
         return self.matched_copy(num_tokens)[1]
 
-    def matched_copy(self, num_tokens: int) -> tuple[int, list[int]]:
-        """The match's length and up to num_tokens tokens of its continuation, ignoring the window; (0, []) if none."""
+    def matched_copy(self, num_tokens: int, cyclic: bool = False) -> tuple[int, list[int]]:
+        """The match's length and up to num_tokens tokens of its continuation, ignoring the window; (0, []) if none.
+
+        cyclic: a continuation that runs into the present goes on as a loop of itself. The latest earlier
+        occurrence of a suffix inside a run (spaces, a repeated line) ends a period p before the end, so
+        its continuation holds only p tokens: the run's next tokens, if it goes on, repeat those p.
+        Example: history [7, 5, 5, 5]: the suffix (5, 5) last occurred ending at 3, so the continuation
+        is [5], and cyclic copies of 3 are [5, 5, 5].
+        """
         found = self.match()
         if found is None or num_tokens <= 0:
             return 0, []
         n, after = found
-        return n, self._tokens[after : after + num_tokens]
+        copied = self._tokens[after : after + num_tokens]
+        if cyclic:
+            period = len(copied)  # < num_tokens only when the continuation reached the present
+            copied += [copied[j % period] for j in range(period, num_tokens)]
+        return n, copied
 
     def propose(self, max_drafts: int | None = None) -> list[int]:
         """Return the match's continuation, up to the window (and max_drafts, the verify capacity, if given)."""

@@ -386,10 +386,14 @@ def test_measured_planner_copies_from_the_history_when_the_calibration_says_copi
     assert bare.copy_ngram == 0 and bare.plan(_runner(), _copying_seqs(2)).mode == "mtp"
 
 
-def test_measured_planner_copies_no_deeper_than_the_copy_or_the_clamps():
+def test_measured_planner_copies_a_loop_as_a_loop_and_no_deeper_than_the_clamps():
     p = MtpPlannedPolicy(_copying_state(0.99), 4, DEFAULT_POOLS)
     seqs = _copying_seqs(1)
-    seqs[0].proposer = Proposer("mtp", (5, 6, 5), copy_ngram=LOOKUP_MAX_NGRAM)  # (5,) recurs: its copy is 6 5
+    seqs[0].proposer = Proposer("mtp", (5, 6, 5), copy_ngram=LOOKUP_MAX_NGRAM)  # (5,) recurs: 6 5, then 6 5 again
     plan = p.plan(_runner(), seqs)
-    assert plan.mode == "lookup" and plan.depths == (2,)
+    assert plan.mode == "lookup" and plan.depths == (4,)
+    assert p.draft(_runner(), seqs, plan)[0].tokens == [6, 5, 6, 5]
     assert p.plan(_runner(), _copying_seqs(12)).depths == (1,) * 12  # the wide tier's pool: one draft
+    short = _copying_seqs(1)
+    short[0].request = Request("0", (5, 6, 7, 8, 9, 5, 6), 3)  # two tokens left after the pending one
+    assert p.plan(_runner(), short).depths == (2,)

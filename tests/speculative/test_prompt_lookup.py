@@ -147,3 +147,21 @@ def test_window_doubles_on_full_accept_halves_on_break_within_bounds(
         else:
             assert lookup.window == max(params.min_window, before // 2)
         assert params.min_window <= lookup.window <= params.max_window
+
+
+def test_a_cyclic_copy_goes_on_as_a_loop_where_the_continuation_reaches_the_present() -> None:
+    lookup = PromptLookup(LookupParams(min_ngram=1, max_ngram=4), [7, 5, 5, 5])
+    assert lookup.matched_copy(3) == (2, [5])  # the docstring's example: (5, 5) last ended at 3
+    assert lookup.matched_copy(3, cyclic=True) == (2, [5, 5, 5])
+    lookup = PromptLookup(LookupParams(min_ngram=1, max_ngram=4), [1, 2, 3, 9, 1, 2, 3, 9, 1, 2])
+    assert lookup.matched_copy(6, cyclic=True) == (4, [3, 9, 1, 2, 3, 9])  # period 4
+    assert lookup.copy(6) == [3, 9, 1, 2]  # the proposers' copies stay as they were
+
+
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=40), st.integers(1, 12))
+def test_a_cyclic_copy_extends_the_plain_copy_by_its_own_period(history: list[int], num: int) -> None:
+    lookup = PromptLookup(LookupParams(min_ngram=1, max_ngram=4), history)
+    n, plain = lookup.matched_copy(num)
+    m, cyclic = lookup.matched_copy(num, cyclic=True)
+    assert n == m and cyclic[: len(plain)] == plain and len(cyclic) == (num if plain else 0)
+    assert all(cyclic[j] == cyclic[j - len(plain)] for j in range(len(plain), len(cyclic)))

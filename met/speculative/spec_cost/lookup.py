@@ -13,8 +13,9 @@ and judges the copy against the tokens that followed, as the verify would have. 
 the match lengths of FIT_EDGES and merge, shortest first, until each holds MIN_OUTCOMES judged
 first drafts; each bin's rates stop at the first position with fewer (positions past a bin's
 rates are never planned). The longest match is LOOKUP_MAX_NGRAM tokens: a match that long is
-often a run of one repeated token (indentation, a rule of dashes), whose copy fails past its
-first draft, so its bin's deeper rates are low and the planner copies one token of it.
+often inside a run of one repeated token or line (indentation, a rule of dashes, a loop of
+greedy text), where the latest earlier occurrence ends a period before the present: its copy goes
+on as a loop of that period (cyclic), the run's likely next tokens, judged and planned alike.
 """
 
 from bisect import bisect_right
@@ -67,15 +68,14 @@ def judged_copies(prompt: Sequence[int], generated: Sequence[int], max_ngram: in
                   depth: int = FIT_DEPTH) -> Iterator[tuple[int, list[bool]]]:
     """At each position of `generated`, the match length of a prompt-lookup copy and its judged drafts.
 
+    The copy is the planner's: cyclic where the continuation reaches the present (PromptLookup.matched_copy).
     Judged as a verify judges: drafts 1..a accepted, draft a + 1 rejected, the rest unjudged; a copy
     that runs past the end of `generated` is judged only as far as it goes.
     """
     lookup = PromptLookup(LookupParams(min_ngram=1, max_ngram=max_ngram), prompt)
     for i in range(len(generated)):
-        found = lookup.match()
-        if found is not None:
-            n, after = found
-            copy = lookup.copy(min(depth, len(generated) - i))
+        n, copy = lookup.matched_copy(min(depth, len(generated) - i), cyclic=True)
+        if copy:
             judged = []
             for draft, truth in zip(copy, generated[i:]):
                 judged.append(draft == truth)
