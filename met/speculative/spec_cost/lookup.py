@@ -3,8 +3,8 @@
 A prompt-lookup proposal copies what followed the latest earlier occurrence of the history's
 longest recurring suffix (met.speculative.prompt_lookup). How far such a copy holds depends on
 how long that suffix is: on the held-out code of `met bench spec-cost`'s calibration windows, a
-1-byte match's first draft was accepted about 0.2 of the time and a 6- to 11-byte match's about
-0.7, its fourth about 0.3 (met-tiny-py, greedy). The planner prices a copy by its bin's rates
+1-token match's first draft was accepted 0.19 of the time, an 8- to 11-token match's 0.80 and its
+next three 0.85-0.89 each (met-tiny-py, greedy; `met tables show` prints the bins). The planner prices a copy by its bin's rates
 and verifies it only as deep as it pays: its drafts cost a verify slot each and no model pass.
 
 The fit replays prompt lookup over greedy generations offline: at every position of each
