@@ -23,9 +23,12 @@ left (met.speculative.spec_cost.plan).
 Copies: where the calibration has prompt lookup's rates (met.speculative.spec_cost.lookup), each
 sequence's history is indexed (suffixes up to LOOKUP_MAX_NGRAM tokens) and the first plan also
 weighs verifying each sequence's copy of what followed its history's longest recurring suffix,
-priced at the verify alone (plan.estimate_copies). When copying wins, the step verifies the
-copies, as deep as the plan chose (a sequence without a copy decodes one token), and leaves no
-confidences: the next plan reads the priors, as after a plain step. Copies come from the
+priced at the verify alone (plan.estimate_copies), and, at widths above 1, a mixed step: copies
+for the sequences whose copy expects at least what drafting does, MTP drafts for the others
+(plan.estimate_mixed; its step's mode is "mtp", its why "copy c + draft d at k=..."). When copying
+wins, the step verifies the copies, as deep as the plan chose (a sequence without a copy decodes
+one token, in a mixed step one that drafts drafts without replans), and a copy leaves no
+confidences: the next plan reads the priors for it, as after a plain step. Copies come from the
 sequence's own history only (the calibration judged those), never the shared lookup cache.
 A plain step leaves no confidences, so the next plan reads the priors; where the priors favour
 plain decode the planner would never draft again, however predictable the text became. So after
@@ -48,6 +51,7 @@ still applies, so the default pools verify one draft at widths 9..=16 whatever k
 """
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from met.engine.policy_base import Outcome, StepPlan, clamp_depths, drafting, joined
 from met.engine.requests import SeqState
@@ -131,12 +135,14 @@ class MtpPlannedPolicy:
         copies = self._weigh_copies(seqs, room, kmax) if self.copy_ngram and kmax else None
         decision = self.state.plan(width, None, kmax, previous=_previous_firsts(seqs), behind=behind,
                                    remaining=[s.remaining for s in seqs], copies=copies)
-        if decision.source == "lookup":
+        if decision.source in ("lookup", "mixed"):
+            copying = decision.copying or (True,) * width
             depths, clamp = clamp_depths(decision.k, runner, seqs, self.pools)
-            depths = tuple(min(d, len(c)) for d, c in zip(depths, self._copies))
+            depths = tuple(min(d, len(c)) if copies else d for d, c, copies in zip(depths, self._copies, copying))
             self.plain_steps = 0 if any(depths) else self.plain_steps + 1
             self.probing = False
-            return StepPlan(drafting("lookup", depths), decision.k, depths, joined(decision.why, clamp), decision,
+            mode = "lookup" if all(c or not d for c, d in zip(copying, depths)) else "mtp"
+            return StepPlan(drafting(mode, depths), decision.k, depths, joined(decision.why, clamp), decision,
                             self.state.table)
         if decision.k:
             self.probe_after = PROBE_AFTER
@@ -162,8 +168,12 @@ class MtpPlannedPolicy:
         return [self.state.calibration.copy_accepted_by_depth(n, len(c), kmax) if c else None for n, c in found]
 
     def draft(self, runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]:
-        if plan.mode == "lookup":  # the copies the plan weighed, as deep as it chose; no confidences
-            return [Draft(c[:k], []) for c, k in zip(self._copies, plan.depths)]
+        source = plan.decision.source if plan.decision is not None else "mtp"
+        if source in ("lookup", "mixed"):  # the copies the plan weighed, as deep as it chose; no confidences
+            copying = plan.decision.copying or (True,) * len(seqs)
+            drafted = [0 if c else k for c, k in zip(copying, plan.depths)]
+            drafts = _draft(runner, seqs, replace(plan, depths=tuple(drafted)))  # the others' MTP drafts
+            return [Draft(copy[:k], []) if c else d for c, copy, k, d in zip(copying, self._copies, plan.depths, drafts)]
         width, deepest, floor = len(seqs), max(plan.depths, default=0), int(self.probing)
         previous = _previous_firsts(seqs)
 

@@ -285,7 +285,9 @@ class Scheduler:
         self.stats.record_step(plan.mode, seconds)
         # priced as it ran: a probe drafts where the plan said k = 0, replans go deeper or stop early
         verified = max((o.proposed for o in outcomes), default=0)
-        energy = plan.table.step_joules(len(outcomes), verified, drafted=plan.mode != "lookup") \
+        # the drafter's drafts carry confidences; copies (a mixed step's too) and plain rows none
+        energy = plan.table.step_joules(len(outcomes), verified, drafted=plan.mode != "lookup",
+                                        draft_width=sum(bool(d.confidences) for d in drafts)) \
             if plan.table is not None else None
         self.counters.record_step(streamed, seconds, energy)
         self.policy.observe(plan, outcomes, seconds)

@@ -352,9 +352,9 @@ def test_dflash_refuses_the_mtp_lift():
         build_policy(lifted, 4, dflash_block=16)
 
 
-def _copying_state(rate: float) -> SpecCostState:
+def _copying_state(rate: float, carryover: list[CarryBin] | None = None) -> SpecCostState:
     """_state with prompt lookup's bins: every copy's draft accepted at `rate`."""
-    state = _state(carryover=[])
+    state = _state(carryover=carryover or [])
     lookup = [LookupBin(1, LOOKUP_MAX_NGRAM, (rate,) * 4, (500, 400, 300, 200))]
     cal = replace(state.calibration, lookup=lookup)
     return SpecCostState(state.table, cal, state.slack, state.serve_key, state.serve_drafter)
@@ -397,3 +397,26 @@ def test_measured_planner_copies_a_loop_as_a_loop_and_no_deeper_than_the_clamps(
     short = _copying_seqs(1)
     short[0].request = Request("0", (5, 6, 7, 8, 9, 5, 6), 3)  # two tokens left after the pending one
     assert p.plan(_runner(), short).depths == (2,)
+
+
+def test_measured_planner_mixes_copies_and_mtp_drafts_in_one_step():
+    # sequence 0's history recurs (a sure copy), sequence 1's does not but its last first draft was sure,
+    # so its next drafts are likely accepted (the carry-over): the step copies for 0 and drafts for 1
+    p = MtpPlannedPolicy(_copying_state(0.99, SURE_NEXT), 4, DEFAULT_POOLS)
+    seqs = _copying_seqs(2)
+    seqs[1].proposer = Proposer("mtp", (1, 2, 3), copy_ngram=LOOKUP_MAX_NGRAM)
+    asked = []
+
+    def draft_mtp(slots, depths, replan=None):
+        asked.append(list(depths))
+        return [Draft([40 + j for j in range(d)], [-0.1] * d) for d in depths]
+
+    runner = SimpleNamespace(length=lambda slot: 10, max_len=128, mtp_behind=lambda slot: 1, draft_mtp=draft_mtp)
+    plan = p.plan(runner, seqs)
+    assert plan.decision.source == "mixed" and plan.decision.copying == (True, False) and plan.mode == "mtp"
+    assert plan.why.startswith("copy 1 + draft 1 at k=")
+    drafts = p.draft(runner, seqs, plan)
+    k = plan.decision.k
+    assert asked == [[0, k]]  # the drafter drafts for sequence 1 alone
+    assert drafts[0].tokens == [7, 8, 9, 5][:k] and drafts[0].confidences == []
+    assert drafts[1].tokens == [40 + j for j in range(k)] and drafts[1].confidences == [-0.1] * k

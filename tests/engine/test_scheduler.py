@@ -293,33 +293,38 @@ def test_energy_counts_each_step_as_it_ran_not_as_first_planned(model):
 @pytest.mark.parametrize("sampling", [Sampling(), Sampling(0.8, 0.95, seed=7)], ids=["greedy", "seeded"])
 def test_the_measured_planner_copying_from_histories_serves_the_text_plain_decoding_gives(model, sampling):
     # A metered table where a copy's verify is cheap and a calibration that trusts copies: the planner
-    # copies wherever a history recurs (steps of mode "lookup") and drafts or decodes elsewhere; every
-    # text is the one plain decoding gives alone, and the energy counter prices a copy at its verify alone.
+    # copies wherever a history recurs (steps of mode "lookup"), drafts elsewhere, and mixes the two in
+    # one step; every text is the one plain decoding gives alone, and the energy counter prices a copy
+    # at its verify alone and a step's drafts at the width that drafted.
     from met.engine.policy_mtp import MtpPlannedPolicy
     from met.speculative.spec_capacity import DEFAULT_POOLS
     from met.speculative.spec_cost import (AcceptanceCalibration, Cell, CostTable, DrafterKey, LookupBin,
                                            PositionPrior, SpecCostState, TableKey)
 
     key = TableKey("box", "r@d", "nvml", {"decode": "a", "verify": "b", "draft_mtp": "c"})
-    cells = [Cell(n, k, 0.01 * (1 + 0.1 * k), 0.01 * k, 1.0 + k, 0.5 * k) for n in (1, 4) for k in range(3)]
+    cells = [Cell(n, k, 0.01 * (1 + 0.1 * k), 0.0002 * k * n, 1.0 + k, 0.5 * k * n) for n in (1, 4) for k in range(3)]
     drafter = DrafterKey("mtp", "r", "d")
-    cal = AcceptanceCalibration(drafter, 0.3, 1000, (), [PositionPrior(1, 0.3, 1000)],
+    cal = AcceptanceCalibration(drafter, 0.6, 1000, (), [PositionPrior(1, 0.6, 1000)],
                                 lookup=[LookupBin(1, 12, (0.9, 0.9), (1000, 900))])
     state = SpecCostState(CostTable(key, cells), cal, 0.1, key, drafter)
-    ran = []  # (mode, deepest drafts verified) per step
+    ran, sources = [], []  # (mode, deepest drafts verified) per step; what each step's plan chose
 
     class Seen(MtpPlannedPolicy):
         def observe(self, plan, outcomes, seconds):
-            ran.append((plan.mode, max(o.proposed for o in outcomes)))
+            copying = plan.decision.copying or (plan.decision.source == "lookup",) * len(outcomes)
+            drafted = sum(bool(d) and not c for d, c in zip(plan.depths, copying))  # sequences the drafter drafted for
+            ran.append((plan.mode, max(o.proposed for o in outcomes), drafted))
+            sources.append(plan.decision.source)
 
     prompts = _prompts(8, seed=5)
     sched = Scheduler(ModelRunner(model, 4), Seen(state, model.cfg.mtp_depth, DEFAULT_POOLS), "micro@t")
     out = _drive(sched, [Request(str(i), tuple(p), 30, sampling) for i, p in enumerate(prompts)])
     alone = [decode(generate(ModelRunner(model, 1), [p], 30, "off", sampling=sampling)[0].tokens) for p in prompts]
     assert [text for text, _ in out] == alone
-    assert any(mode == "lookup" and k > 0 for mode, k in ran)
-    drafted = sum(0.5 * k for mode, k in ran if mode == "mtp")
-    assert sched.counters.energy_j == pytest.approx(sum(1.0 + k for _, k in ran) + drafted)
+    assert {"mtp", "mixed"} <= set(sources)  # sampled text recurs less: its steps never all copied
+    assert not sampling.greedy or any(mode == "lookup" and k > 0 for mode, k, _ in ran)
+    drafts = sum(0.5 * k * m for mode, k, m in ran if mode == "mtp")  # draft_j 0.5 k per sequence drafted for
+    assert sched.counters.energy_j == pytest.approx(sum(1.0 + k for _, k, _ in ran) + drafts)
 
 
 @pytest.mark.parametrize("spec", ["prompt-lookup", "mtp"])

@@ -90,3 +90,28 @@ def test_the_planner_copies_when_a_copy_costs_its_verify_alone_and_expects_enoug
     # a sequence without a copy decodes one token in a copying step
     [e] = [e for e in estimate_copies(table, 1, [None]) if e.k == 1]
     assert e.expected_tokens == 1.0 and e.wall_s == pytest.approx(0.0034)
+
+
+def _wide_table() -> CostTable:
+    # widths 1 and 2: verify 10 + 1 ms per depth at width 2, a draft 2 ms per depth per sequence drafting
+    digests = {"decode": "a", "verify": "b", "draft_mtp": "c"}
+    cells = [Cell(n, k, (0.010 + 0.001 * k) * (1 if n == 1 else 1.2), 0.002 * k * n) for n in (1, 2) for k in range(3)]
+    return CostTable(TableKey("box", "r@d", "none", digests), cells)
+
+
+def test_a_mixed_step_copies_where_a_copy_expects_more_and_drafts_for_the_rest():
+    # sequence 0 holds a sure copy, sequence 1 none: copying alone wastes sequence 1's slot, drafting for both
+    # pays sequence 0's draft for less than its copy; the mixed step copies 0 and drafts 1
+    table = _wide_table()
+    cal = AcceptanceCalibration(DRAFTER, 0.8, 1000)  # every draft accepted 0.8 of the time (no priors: overall)
+    sure = [0.0, 0.99, 1.97]
+    plan = plan_depth(table, cal, 2, None, 0.0, copies=[sure, None])
+    assert plan.source == "mixed" and plan.copying == (True, False) and plan.k == 2
+    assert plan.why.startswith("copy 1 + draft 1 at k=2")
+    assert plan.wall_s == pytest.approx(table.cell(2, 2).verify_s + table.cell(1, 2).draft_s)
+    assert plan.expected_tokens == pytest.approx(2 + 1.97 + 0.8 + 0.64)
+    # the same sequence far behind (a prompt's catch-up) does not draft in a mixed step
+    far = plan_depth(table, cal, 2, None, 0.0, behind=[0, 300], remaining=[50, 50], copies=[sure, None])
+    assert far.source != "mixed"
+    # at width 1 there is nothing to mix
+    assert plan_depth(table, cal, 1, None, 0.0, copies=[sure]).source == "lookup"

@@ -35,7 +35,10 @@ accepted drafts. The plan then weighs both: drafting at depths 1..kmax and copyi
 Worked example, width 1: plain 2.5 ms; drafting 3 costs verify 4.2 + draft 2.4 ms for 2.7
 expected tokens, 413 tok/s; a copy whose bin expects 1.9 accepted drafts at depth 3 costs 4.2 ms
 for 2.9 tokens, 690 tok/s: the step copies. A copy's step leaves the drafter's block behind by the
-tokens it emitted, which the next drafting step catches up as it does after any step.
+tokens it emitted, which the next drafting step catches up as it does after any step. At widths
+above 1 it also weighs a mixed step (estimate_mixed): the sequences whose copy expects at least
+what their drafts do copy, the others draft, at the verify of the whole width plus the draft of
+those that draft (a cell of their width).
 """
 
 import math
@@ -58,7 +61,9 @@ class DepthEstimate(NamedTuple):
     energy_j: float | None
     tokens_per_s: float
     tokens_per_j: float | None
-    source: str = "mtp"  # "mtp": the drafter drafts k; "lookup": each sequence's copy from its history, k deep
+    source: str = "mtp"  # "mtp": the drafter drafts k; "lookup": each sequence's copy from its history, k deep;
+    # "mixed": the sequences `copying` marks copy, the others draft
+    copying: tuple[bool, ...] = ()  # "mixed": per sequence, whether it copies
 
 
 class PlanDecision(NamedTuple):
@@ -72,19 +77,28 @@ class PlanDecision(NamedTuple):
     tokens_per_j: float | None
     fastest: DepthEstimate
     slack: float
-    source: str = "mtp"  # the chosen depth's: "mtp" (drafts) or "lookup" (copies from the history)
+    source: str = "mtp"  # the chosen depth's: "mtp" (drafts), "lookup" (copies) or "mixed" (some of each)
+    copying: tuple[bool, ...] = ()  # "mixed": per sequence, whether it copies (the others draft)
 
     @property
     def why(self) -> str:
         """A short reason (written when asked: plans made while drafting are never shown)."""
         best = self.fastest
-        what = f"copy k={self.k}" if self.source == "lookup" else f"k={self.k}"
+        what = _named(self.source, self.k, self.copying)
         if self.tokens_per_j is None:
             return f"{what}: the most tokens/s ({self.tokens_per_s:.4g}); no energy source, so tokens/s alone"
         floor = (1.0 - self.slack) * best.tokens_per_s
-        best_what = f"copy k={best.k}" if best.source == "lookup" else f"k={best.k}"
         return (f"{what}: the most tokens/J ({self.tokens_per_j:.4g}) at >= {floor:.4g} tok/s "
-                f"(best {best.tokens_per_s:.4g} at {best_what}, slack {self.slack:g})")
+                f"(best {best.tokens_per_s:.4g} at {_named(best.source, best.k, best.copying)}, slack {self.slack:g})")
+
+
+def _named(source: str, k: int, copying: Sequence[bool]) -> str:
+    """A depth as the why names it: k=3, copy k=3, or copy 2 + draft 3 at k=3."""
+    if source == "lookup":
+        return f"copy k={k}"
+    if source == "mixed":
+        return f"copy {sum(copying)} + draft {len(copying) - sum(copying)} at k={k}"
+    return f"k={k}"
 
 
 def estimate_depths(table: CostTable, calibration: AcceptanceCalibration, width: int,
@@ -164,7 +178,7 @@ def choose(estimates: Sequence[DepthEstimate], slack: float) -> PlanDecision:
             if e.tokens_per_s >= floor and (e.tokens_per_j > chosen.tokens_per_j
                                             or (e.tokens_per_j == chosen.tokens_per_j and e.k < chosen.k)):
                 chosen = e
-    return PlanDecision(*chosen[:6], fastest, slack, chosen.source)
+    return PlanDecision(*chosen[:6], fastest, slack, chosen.source, chosen.copying)
 
 
 def estimate_copies(table: CostTable, width: int, copies: Sequence[Sequence[float] | None],
@@ -190,6 +204,45 @@ def estimate_copies(table: CostTable, width: int, copies: Sequence[Sequence[floa
     return estimates
 
 
+MIXED_BEHIND = 16  # a mixed step drafts for a sequence at most this many MTP rows behind past the k + 1 a step leaves
+
+
+def estimate_mixed(table: CostTable, width: int, copies: Sequence[Sequence[float] | None],
+                   drafting: Sequence[Sequence[float]], kmax: int | None = None,
+                   behind: Sequence[int] | None = None, remaining: Sequence[int] | None = None) -> list[DepthEstimate]:
+    """Copying where a copy expects at least what drafting does, drafting elsewhere, at each depth 1..=kmax.
+
+    copies[i]: as estimate_copies; drafting[i]: sequence i's drafts' expected accepted at depths 0, 1, ...
+    (calibration.expected_accepted_by_depth). A sequence more than k + 1 + MIXED_BEHIND rows behind
+    (behind[i]) does not draft here: it copies, or decodes one token. The step costs the verify of
+    cell(width, k), the draft of cell(m, k) for the m sequences that draft, and, with `remaining`,
+    their catch-up share (as estimate_depths prices it). A depth where every sequence, or none,
+    drafts is left out: the drafting and copying estimates price those steps.
+    """
+    deepest = table.kmax if kmax is None else min(kmax, table.kmax)
+    estimates = []
+    for k in range(1, deepest + 1):
+        gains, copying = [], []
+        for i, (c, d) in enumerate(zip(copies, drafting, strict=True)):
+            copy = c[k] if c is not None else 0.0
+            can_draft = behind is None or behind[i] <= k + 1 + MIXED_BEHIND
+            copying.append(not can_draft or copy >= d[k])
+            gains.append(copy if copying[-1] else d[k])
+        m = width - sum(copying)
+        if not 0 < m < width:
+            continue
+        cell, drafts = table.cell(width, k), table.cell(m, k)
+        tokens = width + sum(gains)
+        wall = cell.verify_s + drafts.draft_s
+        if behind is not None and remaining is not None and drafts.catchup_s:
+            caught = [not c and b > 0 for c, b in zip(copying, behind)]
+            wall += _catch_up_share(table, k, _passes(behind, caught), behind, remaining, [1.0 + g for g in gains])
+        energy = None if cell.verify_j is None else cell.verify_j + drafts.draft_j
+        estimates.append(DepthEstimate(k, tokens, wall, energy, tokens / wall,
+                                       None if energy is None else tokens / energy, "mixed", tuple(copying)))
+    return estimates
+
+
 def plan_depth(table: CostTable, calibration: AcceptanceCalibration, width: int,
                confidences: Sequence[Sequence[float | None]] | None, slack: float,
                kmax: int | None = None, drafted: int = 0,
@@ -206,6 +259,11 @@ def plan_depth(table: CostTable, calibration: AcceptanceCalibration, width: int,
     estimates = estimate_depths(table, calibration, width, confidences, kmax, drafted, previous, behind, remaining)
     if copies is not None and drafted == 0 and any(c is not None for c in copies):
         estimates += estimate_copies(table, width, copies, kmax)
+        if width > 1:
+            deepest = table.kmax if kmax is None else min(kmax, table.kmax)
+            befores = previous if previous is not None else [None] * width
+            drafting = [calibration.expected_accepted_by_depth((), deepest, before) for before in befores]
+            estimates += estimate_mixed(table, width, copies, drafting, kmax, behind, remaining)
     return choose(estimates, slack)
 
 

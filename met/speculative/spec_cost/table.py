@@ -162,16 +162,19 @@ class CostTable:
         self._between[n, k] = made
         return made
 
-    def step_joules(self, n: int, k: int, drafted: bool = True) -> float | None:
+    def step_joules(self, n: int, k: int, drafted: bool = True, draft_width: int | None = None) -> float | None:
         """Joules of a step that verified k drafts per sequence at width n (and drafted them, unless a host did).
 
         None when the table has no energy. Priced at the deepest drafts verified: drafts made and then
-        dropped before the verify are not priced.
+        dropped before the verify are not priced. draft_width: how many of the n sequences the
+        drafter drafted for (the rest copied, or had no room), priced at that width's draft; None: all n.
         """
         cell = self.cell(n, k)
         if cell.verify_j is None:
             return None
-        return cell.verify_j + (cell.draft_j if drafted else 0.0)
+        if not drafted or draft_width == 0:
+            return cell.verify_j
+        return cell.verify_j + self.cell(draft_width or n, k).draft_j
 
     def _interpolate(self, n: int, k: int, i: int) -> Cell:
         """cell(n, k) between the measured widths widths[i - 1] < n < widths[i]."""
