@@ -244,7 +244,8 @@ def markdown(meta: dict, rows: Sequence[Row], results: Sequence[Check], problems
               "(no prefill, admission or streaming): what the steps alone deliver.",
               "- J/token: " + (f"priced from the table ({meta['energy_source']} joules): each step at its width and "
                                "deepest depth, verify joules plus MTP draft joules (a step of copies or host drafts: the "
-                               "verify's alone), over every completion token "
+                               "verify's alone; a step that mixed copies with drafts: its whole width's "
+                               "draft, an upper bound), over every completion token "
                                "(each request's first comes from its prefill); prefill and host lookup drafting "
                                "are not priced, so every figure is a lower bound, prompt-lookup's the more so."
                                if meta["energy_source"] not in (None, "none") else
