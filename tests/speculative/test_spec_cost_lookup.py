@@ -93,9 +93,11 @@ def test_the_planner_copies_when_a_copy_costs_its_verify_alone_and_expects_enoug
 
 
 def _wide_table() -> CostTable:
-    # widths 1 and 2: verify 10 + 1 ms per depth at width 2, a draft 2 ms per depth per sequence drafting
+    # widths 1 and 2: verify 10 + 1 ms per depth at width 2, a draft 2 ms per depth per sequence drafting,
+    # a catch-up 100 us per row
     digests = {"decode": "a", "verify": "b", "draft_mtp": "c"}
-    cells = [Cell(n, k, (0.010 + 0.001 * k) * (1 if n == 1 else 1.2), 0.002 * k * n) for n in (1, 2) for k in range(3)]
+    cells = [Cell(n, k, (0.010 + 0.001 * k) * (1 if n == 1 else 1.2), 0.002 * k * n, catchup_s=1e-4 if k else None)
+             for n in (1, 2) for k in range(3)]
     return CostTable(TableKey("box", "r@d", "none", digests), cells)
 
 
@@ -110,8 +112,11 @@ def test_a_mixed_step_copies_where_a_copy_expects_more_and_drafts_for_the_rest()
     assert plan.why.startswith("copy 1 + draft 1 at k=2")
     assert plan.wall_s == pytest.approx(table.cell(2, 2).verify_s + table.cell(1, 2).draft_s)
     assert plan.expected_tokens == pytest.approx(2 + 1.97 + 0.8 + 0.64)
-    # the same sequence far behind (a prompt's catch-up) does not draft in a mixed step
-    far = plan_depth(table, cal, 2, None, 0.0, behind=[0, 300], remaining=[50, 50], copies=[sure, None])
-    assert far.source != "mixed"
+    # the same sequence far behind (a prompt's catch-up, 30 ms) drafts in a mixed step only where the
+    # tokens it has left repay it: not with 20 left, yes with 10,000
+    near_end = plan_depth(table, cal, 2, None, 0.0, behind=[0, 300], remaining=[20, 20], copies=[sure, None])
+    assert near_end.source != "mixed"
+    far = plan_depth(table, cal, 2, None, 0.0, behind=[0, 300], remaining=[20, 10_000], copies=[sure, None])
+    assert far.source == "mixed" and far.copying == (True, False) and far.wall_s > plan.wall_s
     # at width 1 there is nothing to mix
     assert plan_depth(table, cal, 1, None, 0.0, copies=[sure]).source == "lookup"

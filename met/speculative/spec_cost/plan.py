@@ -41,6 +41,7 @@ what their drafts do copy, the others draft, at the verify of the whole width pl
 those that draft (a cell of their width).
 """
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -204,7 +205,7 @@ def estimate_copies(table: CostTable, width: int, copies: Sequence[Sequence[floa
     return estimates
 
 
-MIXED_BEHIND = 16  # a mixed step drafts for a sequence at most this many MTP rows behind past the k + 1 a step leaves
+MIXED_BEHIND = 16  # MTP rows behind past the k + 1 a step leaves, beyond which a mixed step is weighed both ways
 
 
 def estimate_mixed(table: CostTable, width: int, copies: Sequence[Sequence[float] | None],
@@ -213,23 +214,25 @@ def estimate_mixed(table: CostTable, width: int, copies: Sequence[Sequence[float
     """Copying where a copy expects at least what drafting does, drafting elsewhere, at each depth 1..=kmax.
 
     copies[i]: as estimate_copies; drafting[i]: sequence i's drafts' expected accepted at depths 0, 1, ...
-    (calibration.expected_accepted_by_depth). A sequence more than k + 1 + MIXED_BEHIND rows behind
-    (behind[i]) does not draft here: it copies, or decodes one token. The step costs the verify of
-    cell(width, k), the draft of cell(m, k) for the m sequences that draft, and, with `remaining`,
-    their catch-up share (as estimate_depths prices it). A depth where every sequence, or none,
-    drafts is left out: the drafting and copying estimates price those steps.
+    (calibration.expected_accepted_by_depth). Two steps per depth: one where a sequence more than
+    k + 1 + MIXED_BEHIND rows behind (behind[i]) does not draft (it copies, or decodes one token),
+    and one where it does, its catch-up priced. A step costs the verify of cell(width, k), the draft
+    of cell(m, k) for the m sequences that draft, and, with `remaining`, their catch-up share (as
+    estimate_depths prices it). A step where every sequence, or none, drafts is left out: the
+    drafting and copying estimates price those; so is the second step where it equals the first.
     """
     deepest = table.kmax if kmax is None else min(kmax, table.kmax)
     estimates = []
-    for k in range(1, deepest + 1):
-        gains, copying = [], []
+    for k, far_drafts in itertools.product(range(1, deepest + 1), (False, True)):
+        gains, copying, far = [], [], False
         for i, (c, d) in enumerate(zip(copies, drafting, strict=True)):
             copy = c[k] if c is not None else 0.0
-            can_draft = behind is None or behind[i] <= k + 1 + MIXED_BEHIND
-            copying.append(not can_draft or copy >= d[k])
+            behind_far = behind is not None and behind[i] > k + 1 + MIXED_BEHIND
+            copying.append((behind_far and not far_drafts) or copy >= d[k])
+            far |= behind_far and not copying[-1]
             gains.append(copy if copying[-1] else d[k])
         m = width - sum(copying)
-        if not 0 < m < width:
+        if not 0 < m < width or (far_drafts and not far):
             continue
         cell, drafts = table.cell(width, k), table.cell(m, k)
         tokens = width + sum(gains)
