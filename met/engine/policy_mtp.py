@@ -126,9 +126,13 @@ class MtpPlannedPolicy:
         self.copy_ngram = LOOKUP_MAX_NGRAM if state.calibration.lookup else 0  # the scheduler indexes histories
         self._copies: list[list[int]] = []  # the copies the last plan weighed, one per sequence
 
+    def kmax(self, width: int) -> int:
+        """The deepest a step of this width plans: the table's, the model's MTP depth and the verify pool, the least."""
+        return min(self.state.table.kmax, self.num_drafts, self.pools.max_drafts(width))
+
     def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
         width = len(seqs)
-        kmax = min(self.state.table.kmax, self.num_drafts, self.pools.max_drafts(width))
+        kmax = self.kmax(width)
         room, room_clamp = clamp_depths(kmax, runner, seqs, self.pools)
         # a sequence the clamps leave no draft (its last token, no KV room) is not caught up: 0 rows to price
         behind = [runner.mtp_behind(s.slot) if r else 0 for s, r in zip(seqs, room)]

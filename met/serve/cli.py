@@ -212,7 +212,7 @@ def _banner(service: Service, recipe_id: str, host: str, port: int, settings: Ru
     if cost_state is not None:
         key = cost_state.table.key
         widths = sorted({1, sched.runner.cache.max_batch})
-        plans = "; ".join(f"width {n}: {cost_state.plan(n).why}" for n in widths)
+        plans = "; ".join(f"width {n}: {cost_state.plan(n, kmax=sched.policy.kmax(n)).why}" for n in widths)
         when = measured_ago(cost_state.table.meta)
         copies = ("weighing copies from each history (the calibration's prompt-lookup bins)"
                   if cost_state.calibration.lookup else "MTP drafts only (the calibration has no prompt-lookup bins)")

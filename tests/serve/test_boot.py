@@ -31,9 +31,9 @@ def serve_key(recipe) -> TableKey:
     return serve_table_key(recipe.id, recipe.config, _settings(), "none", MODES, BOX)
 
 
-def table(key: TableKey, meta: dict | None = None) -> CostTable:
+def table(key: TableKey, meta: dict | None = None, draft_s: float = 0.001) -> CostTable:
     joules = key.energy_source != "none"
-    cells = [Cell(n, k, 0.01 + 0.002 * k, 0.001 * k, 1.0 + k if joules else None, 0.1 * k if joules else None)
+    cells = [Cell(n, k, 0.01 + 0.002 * k, draft_s * k, 1.0 + k if joules else None, 0.1 * k if joules else None)
              for n in (1, 4) for k in range(3)]
     return CostTable(key, cells, meta or {})
 
@@ -115,8 +115,8 @@ def test_default_paths_are_the_bench_defaults():
     assert str(boot.default_calibration(t)) == "tables/cpu-x-2t/met-tiny-py.calibration.toml"
 
 
-def _serve(tmp_path, key, drafter, *extra, meta=None):
-    (tmp_path / "t.toml").write_text(table(key, meta).to_toml())
+def _serve(tmp_path, key, drafter, *extra, meta=None, draft_s=0.001):
+    (tmp_path / "t.toml").write_text(table(key, meta, draft_s).to_toml())
     (tmp_path / "t.calibration.toml").write_text(calibration(drafter).to_toml())
     args = ["serve", "--model", "micro-t", "--spec", "mtp", "--spec-cost-model", "measured",
             "--spec-cost-table", str(tmp_path / "t.toml"), "--calibration", str(tmp_path / "t.calibration.toml"),
@@ -142,6 +142,10 @@ def test_cli_boots_on_a_matching_table(recipe, tmp_path, monkeypatch):
     assert started == [("127.0.0.1", 0)] and "planning from" in result.output and "mtp/measured" in result.output
     assert "measured 20" not in result.output  # this table's [meta] does not say when it was measured
     assert "MTP drafts only (the calibration has no prompt-lookup bins)" in result.output  # what it weighs
+    # as the serve plans: where drafts are cheap the table goes to k = 2, but the verify pools clamp width 16
+    # to one draft
+    cheap = _serve(tmp_path, serve_key(recipe), mtp_drafter_key(recipe), draft_s=0.0001)
+    assert "width 1: k=2" in cheap.output and "width 16: k=1" in cheap.output, cheap.output
     result = _serve(tmp_path, serve_key(recipe), mtp_drafter_key(recipe), meta={"when": "2026-11-30T00:38:54Z"})
     assert result.exit_code == 0 and "planning from" in result.output
     assert "(measured 2026-11-30 00:38 UTC, " in result.output  # its age beside it: plans age with the box
