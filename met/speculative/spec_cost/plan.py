@@ -109,6 +109,19 @@ def estimate_depths(table: CostTable, calibration: AcceptanceCalibration, width:
                     behind: Sequence[int] | None = None, remaining: Sequence[int] | None = None) -> list[DepthEstimate]:
     """The expected tokens, wall, energy and their rates of each depth 0..=kmax at this width.
 
+    (_estimate_depths, which also gives each sequence's expected accepted drafts by depth.)
+    """
+    return _estimate_depths(table, calibration, width, confidences, kmax, drafted, previous, behind, remaining)[0]
+
+
+def _estimate_depths(table: CostTable, calibration: AcceptanceCalibration, width: int,
+                     confidences: Sequence[Sequence[float | None]] | None,
+                     kmax: int | None = None, drafted: int = 0,
+                     previous: Sequence[float | None] | None = None,
+                     behind: Sequence[int] | None = None, remaining: Sequence[int] | None = None,
+                     ) -> tuple[list[DepthEstimate], list[list[float]]]:
+    """estimate_depths' estimates, and each sequence's expected accepted drafts at depths 0..=kmax.
+
     `confidences[i]` are sequence i's drafts' top-1 log-probs in chain order; drafts past the
     end of its list (or all, when `confidences` is None) use the calibration's carry-over of
     `previous[i]`, the top-1 log-prob of sequence i's previous first draft (None, or all when
@@ -157,7 +170,7 @@ def estimate_depths(table: CostTable, calibration: AcceptanceCalibration, width:
         energy = None if cell.verify_j is None else cell.verify_j + drafts.draft_j
         estimates.append(DepthEstimate(k, tokens, wall, energy, tokens / wall,
                                        None if energy is None else tokens / energy))
-    return estimates
+    return estimates, per_seq
 
 
 def choose(estimates: Sequence[DepthEstimate], slack: float) -> PlanDecision:
@@ -259,13 +272,11 @@ def plan_depth(table: CostTable, calibration: AcceptanceCalibration, width: int,
     behind, remaining: each sequence's MTP rows behind and tokens left, to price catch-ups.
     copies: a first plan's copies from the histories (estimate_copies), weighed against drafting.
     """
-    estimates = estimate_depths(table, calibration, width, confidences, kmax, drafted, previous, behind, remaining)
+    estimates, drafting = _estimate_depths(table, calibration, width, confidences, kmax, drafted, previous, behind,
+                                           remaining)
     if copies is not None and drafted == 0 and any(c is not None for c in copies):
         estimates += estimate_copies(table, width, copies, kmax)
         if width > 1:
-            deepest = table.kmax if kmax is None else min(kmax, table.kmax)
-            befores = previous if previous is not None else [None] * width
-            drafting = [calibration.expected_accepted_by_depth((), deepest, before) for before in befores]
             estimates += estimate_mixed(table, width, copies, drafting, kmax, behind, remaining)
     return choose(estimates, slack)
 
