@@ -140,7 +140,7 @@ class MtpPlannedPolicy:
         decision = self.state.plan(width, None, kmax, previous=_previous_firsts(seqs), behind=behind,
                                    remaining=[s.remaining for s in seqs], copies=copies)
         if decision.source in ("lookup", "mixed"):
-            copying = decision.copying or (True,) * width
+            copying = decision.copying
             depths, clamp = clamp_depths(decision.k, runner, seqs, self.pools)
             depths = tuple(min(d, len(c)) if copies else d for d, c, copies in zip(depths, self._copies, copying))
             self.plain_steps = 0 if any(depths) else self.plain_steps + 1
@@ -174,7 +174,7 @@ class MtpPlannedPolicy:
     def draft(self, runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]:
         source = plan.decision.source if plan.decision is not None else "mtp"
         if source in ("lookup", "mixed"):  # the copies the plan weighed, as deep as it chose; no confidences
-            copying = plan.decision.copying or (True,) * len(seqs)
+            copying = plan.decision.copying
             drafted = [0 if c else k for c, k in zip(copying, plan.depths)]
             drafts = _draft(runner, seqs, replace(plan, depths=tuple(drafted)))  # the others' MTP drafts
             return [Draft(copy[:k], []) if c else d for c, copy, k, d in zip(copying, self._copies, plan.depths, drafts)]

@@ -64,7 +64,7 @@ class DepthEstimate(NamedTuple):
     tokens_per_j: float | None
     source: str = "mtp"  # "mtp": the drafter drafts k; "lookup": each sequence's copy from its history, k deep;
     # "mixed": the sequences `copying` marks copy, the others draft
-    copying: tuple[bool, ...] = ()  # "mixed": per sequence, whether it copies
+    copying: tuple[bool, ...] = ()  # "lookup", "mixed": per sequence, whether it copies
 
 
 class PlanDecision(NamedTuple):
@@ -79,7 +79,7 @@ class PlanDecision(NamedTuple):
     fastest: DepthEstimate
     slack: float
     source: str = "mtp"  # the chosen depth's: "mtp" (drafts), "lookup" (copies) or "mixed" (some of each)
-    copying: tuple[bool, ...] = ()  # "mixed": per sequence, whether it copies (the others draft)
+    copying: tuple[bool, ...] = ()  # "lookup", "mixed": per sequence, whether it copies (the others draft)
 
     @property
     def why(self) -> str:
@@ -214,7 +214,8 @@ def estimate_copies(table: CostTable, width: int, copies: Sequence[Sequence[floa
         cell = table.cell(width, k)
         tokens = width + sum(c[k] for c in copies if c is not None)
         estimates.append(DepthEstimate(k, tokens, cell.verify_s, cell.verify_j, tokens / cell.verify_s,
-                                       None if cell.verify_j is None else tokens / cell.verify_j, "lookup"))
+                                       None if cell.verify_j is None else tokens / cell.verify_j, "lookup",
+                                       (True,) * width))
     return estimates
 
 
