@@ -86,21 +86,20 @@ def collect(model: Transformer, prompts: list[list[int]], params: CalibrationPar
         batch = [p[-(max_len - params.depth - 2):] for p in prompts[start: start + params.batch]]
         slots = list(range(len(batch)))
         firsts = runner.prefill(slots, batch, [Sampling()] * len(batch))
-        emitted = dict.fromkeys(slots, 1)
         generated = {slot: [first] for slot, first in zip(slots, firsts)}
         previous: dict[int, float | None] = dict.fromkeys(slots)  # each slot's last first-draft log-prob
         live = slots
         while live:
-            depths = [max(0, min(params.depth, runner.room(s), params.new_tokens - emitted[s] - 1)) for s in live]
+            depths = [max(0, min(params.depth, runner.room(s), params.new_tokens - len(generated[s]) - 1))
+                      for s in live]
             drafts = runner.draft_mtp(live, depths)
             results = runner.verify(live, drafts)
             still = []
             for slot, draft, result in zip(live, drafts, results):
                 outcomes.extend(judged(draft, result.accepted, previous[slot]))
                 previous[slot] = draft.confidences[0] if draft.confidences else None
-                emitted[slot] += len(result.tokens)
                 generated[slot] += result.tokens
-                if emitted[slot] >= params.new_tokens or EOS in result.tokens or runner.room(slot) < 1:
+                if len(generated[slot]) >= params.new_tokens or EOS in result.tokens or runner.room(slot) < 1:
                     runner.release(slot)
                 else:
                     still.append(slot)
