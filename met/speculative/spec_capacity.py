@@ -75,5 +75,6 @@ def clamp_drafts_to_slot_capacity(
     width = len(current_lens)
     if width == 0:
         return []
-    clamped = [min(requested, slot_capacity(width, cur, mx, pools)) for cur, mx in zip(current_lens, max_lens)]
+    limit = min(requested, pools.max_drafts(width))  # one tier for the whole step
+    clamped = [min(limit, kv_room(cur, mx)) for cur, mx in zip(current_lens, max_lens)]
     return clamped if serial_arms is None else [serial_arm(d, serial_arms) for d in clamped]
