@@ -20,6 +20,8 @@ history[2:6] = [3, 1, 2].
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+BULK_EXTEND = 32  # tokens from which `extend` builds the keys a whole n at a time (a prompt; a step appends a few)
+
 
 @dataclass(frozen=True, slots=True)
 class LookupParams:
@@ -87,22 +89,38 @@ class PromptLookup:
         return len(self._index)
 
     def extend(self, tokens: Iterable[int]) -> None:
-        """Append tokens to the history, entering each n-gram that now has a continuation."""
+        """Append tokens to the history, entering each n-gram that now has a continuation.
+
+        The n-grams ending at position e (before history[e]) gain their continuation when history[e]
+        arrives: each e of the new tokens enters them, later e overwriting earlier. A long extend (a
+        prompt) builds each n's keys in one pass (zip of n shifted slices, no Python loop per token);
+        a step's few tokens slice one tuple of the last max_ngram tokens per position.
+        """
         history, index = self._tokens, self._index
         lo, hi = self.params.min_ngram, self.params.max_ngram
-        for token in tokens:
-            end = len(history)
-            # The n-grams ending at `end` gain their continuation (`token`) now; later ones overwrite earlier.
-            for n in range(lo, min(hi, end) + 1):
-                index[tuple(history[end - n : end])] = end
-            history.append(token)
+        start = len(history)
+        history.extend(tokens)
+        end = len(history)
+        if end - start > BULK_EXTEND:
+            for n in range(lo, hi + 1):
+                first = max(start, n)  # an n-gram ending at e needs e >= n tokens before it
+                if first < end:
+                    grams = zip(*[history[first - n + i : end - n + i] for i in range(n)])
+                    index.update(zip(grams, range(first, end)))
+            return
+        for e in range(start, end):
+            tail = tuple(history[max(0, e - hi) : e])
+            size = len(tail)
+            for n in range(lo, size + 1):
+                index[tail[size - n :]] = e
 
     def match(self) -> tuple[int, int] | None:
         """Return (n, position just after the latest earlier occurrence) of the longest recurring suffix, or None."""
         history, index = self._tokens, self._index
-        length = len(history)
-        for n in range(min(self.params.max_ngram, length - 1), self.params.min_ngram - 1, -1):
-            after = index.get(tuple(history[length - n :]))
+        tail = tuple(history[-self.params.max_ngram :])  # one copy; each n's suffix is a slice of it
+        size = len(tail)
+        for n in range(min(size, len(history) - 1), self.params.min_ngram - 1, -1):
+            after = index.get(tail[size - n :])
             if after is not None:
                 return n, after
         return None

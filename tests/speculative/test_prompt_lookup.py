@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from met.speculative import ngram
-from met.speculative.prompt_lookup import LookupParams, PromptLookup, next_window
+from met.speculative.prompt_lookup import BULK_EXTEND, LookupParams, PromptLookup, next_window
 
 
 def brute_force(history: list[int], max_ngram: int, min_ngram: int, num_drafts: int) -> list[int]:
@@ -128,6 +128,26 @@ def test_agrees_after_every_incremental_extend(
         history += chunk
         assert lookup.tokens == history
         assert lookup.copy(num_drafts) == brute_force(history, hi, lo, num_drafts)
+
+
+@given(st.lists(st.integers(0, 4), min_size=BULK_EXTEND + 1, max_size=160), st.lists(st.integers(0, 80), max_size=4),
+       ranges, st.integers(1, 6))
+def test_bulk_extends_index_as_token_by_token(history: list[int], cuts: list[int], ngram_range: tuple[int, int],
+                                              num_drafts: int) -> None:
+    """Chunks longer than BULK_EXTEND take the whole-n path; the index must be the one a token at a time builds."""
+    lo, hi = ngram_range
+    params = LookupParams(min_ngram=lo, max_ngram=hi)
+    bulk, single = PromptLookup(params), PromptLookup(params)
+    rest, seen = list(history), []
+    for cut in [*cuts, len(rest)]:
+        chunk, rest = rest[:cut], rest[cut:]
+        bulk.extend(chunk)
+        for token in chunk:
+            single.extend([token])
+        seen += chunk
+        assert bulk._index == single._index  # every n-gram at the same position, not only the suffix's
+        assert bulk.matched_copy(num_drafts) == single.matched_copy(num_drafts)
+        assert bulk.copy(num_drafts) == brute_force(seen, hi, lo, num_drafts)
 
 
 @given(st.lists(st.tuples(st.integers(0, 20), st.integers(0, 20)), max_size=30), st.integers(1, 4), st.integers(0, 3))
