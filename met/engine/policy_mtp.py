@@ -164,7 +164,7 @@ class MtpPlannedPolicy:
         depth = max(decision.k, int(self.probing))
         return StepPlan(drafting("mtp", depths), depth, depths, joined(why, clamp), decision, self.state.table)
 
-    def _weigh_copies(self, seqs: Sequence[SeqState], room: Sequence[int], kmax: int) -> list[list[float] | None]:
+    def _weigh_copies(self, seqs: Sequence[SeqState], room: Sequence[int], kmax: int) -> list[Sequence[float] | None]:
         """Each sequence's copy from its history, as deep as its room (kept for draft), and its expected
         accepted drafts at depths 0..=kmax; None for a sequence with no copy or no room for a draft."""
         found = [s.proposer.matched_copy(r) if r else (0, []) for s, r in zip(seqs, room)]

@@ -52,7 +52,16 @@ def test_expected_accepted_drafts_of_a_copy_stop_at_its_length_and_its_bins_rate
     assert copy_accepted_by_depth(bins, 1, 3, 3) == [0.0, 0.5, 0.75, 0.75]  # the docstring's example
     assert copy_accepted_by_depth(bins, 2, 1, 3) == [0.0, 0.5, 0.5, 0.5]  # a copy of one draft
     assert copy_accepted_by_depth(bins, 7, 4, 2) == pytest.approx([0.0, 0.9, 0.9])  # the bin has one position
-    assert AcceptanceCalibration(DRAFTER, 0.5, 100).copy_accepted_by_depth(5, 4, 2) == [0.0, 0.0, 0.0]
+    assert AcceptanceCalibration(DRAFTER, 0.5, 100).copy_accepted_by_depth(5, 4, 2) == (0.0, 0.0, 0.0)
+
+
+def test_a_calibration_answers_each_copy_as_the_bins_do_whatever_it_was_asked_before():
+    bins = (LookupBin(1, 2, (0.5, 0.5), (100, 100)), LookupBin(3, 12, (0.9, 0.8), (100, 100)))
+    cal = AcceptanceCalibration(DRAFTER, 0.5, 100, lookup=bins)
+    asks = [(1, 3, 3), (2, 1, 3), (1, 3, 3), (7, 4, 2), (7, 1, 2), (7, 4, 4), (1, 3, 2)]
+    for match, length, depth in asks:  # repeated and neighbouring keys: a kept answer must be the right one
+        assert list(cal.copy_accepted_by_depth(match, length, depth)) == pytest.approx(
+            copy_accepted_by_depth(bins, match, length, depth))
 
 
 def test_a_calibration_with_lookup_bins_round_trips_and_one_without_still_parses():

@@ -111,6 +111,7 @@ class AcceptanceCalibration:
     _positions: list[int] = field(init=False, repr=False, compare=False)  # the priors' positions, for bisect
     _carry_uppers: list[float] = field(init=False, repr=False, compare=False)  # the carry-over bins' uppers
     _carried: dict[int, tuple[float, ...]] = field(init=False, repr=False, compare=False)  # per carry bin, made once
+    _copied: dict[tuple[int, int, int], tuple[float, ...]] = field(init=False, repr=False, compare=False)  # per ask
 
     def __post_init__(self) -> None:
         if not isinstance(self.drafter, DrafterKey):
@@ -147,6 +148,7 @@ class AcceptanceCalibration:
         object.__setattr__(self, "_positions", [p.position for p in priors])
         object.__setattr__(self, "_carry_uppers", [c.upper for c in carry])
         object.__setattr__(self, "_carried", {})
+        object.__setattr__(self, "_copied", {})
 
     @classmethod
     def fit(cls, outcomes: Iterable[tuple], drafter: DrafterKey, meta: Mapping[str, object] | None = None,
@@ -242,12 +244,20 @@ class AcceptanceCalibration:
             totals.append(total)
         return totals
 
-    def copy_accepted_by_depth(self, match: int, length: int, depth: int) -> list[float]:
+    def copy_accepted_by_depth(self, match: int, length: int, depth: int) -> tuple[float, ...]:
         """Expected accepted drafts of a prompt-lookup copy verified k deep, k in 0..=depth (all 0 without `lookup`).
 
         match: the length of the history's match the copy follows; length: the drafts it holds.
+        Made once per (match, length, depth): the planner asks for every sequence on every step, and
+        the answers are few (match lengths up to 12, copies and depths up to the planner's kmax).
         """
-        return copy_accepted_by_depth(self.lookup, match, length, depth) if self.lookup else [0.0] * (depth + 1)
+        key = (match, length, depth)
+        totals = self._copied.get(key)
+        if totals is None:
+            totals = tuple(copy_accepted_by_depth(self.lookup, match, length, depth)) if self.lookup else \
+                (0.0,) * (depth + 1)
+            self._copied[key] = totals
+        return totals
 
     def to_toml(self) -> str:
         """The calibration as TOML text; parse(to_toml()) gives back an equal calibration."""
