@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from met.engine import heap
 from met.engine.policy_base import Outcome, PlainPolicy, Policy, StepPlan
 from met.engine.policy_dflash import DflashPolicy, RunnerDflash
 from met.engine.policy_lookup import LookupPolicy
@@ -249,6 +250,7 @@ def run_all(model: Transformer, model_id: str, factories: Mapping[str, PolicyFac
     dflash: the block drafter the runners hold for policy dflash (None: no runner has one).
     """
     runners = {c: ModelRunner(model, c, dflash=dflash) for c in workload.concurrencies}
+    heap.settle()  # as met serve: the collector's full passes scan what the runs allocate, not the model's heap
     total = len(factories) * len(runners) * (workload.repeats + 1)
     done = 0
     for c, runner in runners.items():

@@ -24,6 +24,7 @@ from met.bench.progress import Reporter
 from met.bench.sweep import QUICK, SweepParams, check_fits, measure
 from met.bench.table_files import (Existing, LockHeld, TableLock, Unwritable, changes, check_writable, commit,
                                    foreign_calibration, read_existing, remove_stale_temps, stage)
+from met.engine import heap
 from met.engine.identity import (RunSettings, box_class, device_name, mtp_drafter_key, resolve_run,
                                  serve_table_key)
 from met.engine.prompts import PromptError, PromptsMissing
@@ -327,6 +328,7 @@ def _run(req: Request, reporter: Reporter) -> None:
         raise Refusal(EX_USAGE, str(exc)) from None
     texts = _prompts(req.prompts, calibration_params) if calibration_params else []
     model = recipe.load(getattr(torch, req.settings.dtype), req.settings.device)
+    heap.settle()  # steps timed as met serve runs them: no full collector pass over the model's heap
     table = _sweep(req, params, recipe, model, meter, reporter, block)
     calibration = None
     if calibration_params:

@@ -7,6 +7,7 @@ from typing import Annotated
 import torch
 import typer
 
+from met.engine import heap
 from met.engine.generate import NGRAM_MAX, SPEC_MODES, Output, generate as run_generate
 from met.engine.identity import MAX_THREADS, RUN_DTYPES, resolve_run
 from met.engine.prompts import PromptError, PromptsMissing, read_jsonl_prompts, unencodable
@@ -127,6 +128,7 @@ def generate(
     runner = ModelRunner(net, max_batch=batch, max_len=context, track_mtp=spec == "mtp",
                          dflash=block)
     sampling = Sampling(temperature, top_p, seed)
+    heap.settle()  # as met serve
     encoded = [tokenizer.encode(t) for t in texts]
     for i, (t, e) in enumerate(zip(texts, encoded), 1):  # every prompt before any runs: no half-done output
         where = "--prompt" if prompts is None else f"{prompts} prompt {i}"

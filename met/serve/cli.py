@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from met.bench.tables_cli import measured_ago
+from met.engine import heap
 from met.engine.identity import MAX_THREADS, RunSettings, box_class as derive_box_class, resolve_run
 from met.engine.policy import SERVE_SPECS, PolicyConfig
 from met.engine.proposer import NGRAM_MAX
@@ -171,6 +172,7 @@ def serve(
     names = (recipe.name, recipe.id) + ((model,) if model not in (recipe.name, recipe.id) else ())
     service = Service.build(net, recipe.id, names, PolicyConfig(spec, lookup_depth, lookup_min_ngram, pools),
                             max_batch, context, cost_state, keys, tokenizer, block)
+    heap.settle()  # boot's objects out of the collector's full passes for the life of the serve
     _banner(service, recipe.id, host, port, settings, box, table if cost_state else None, cost_state, keys)
     app = create_app(service)
     try:
