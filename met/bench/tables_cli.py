@@ -22,9 +22,9 @@ from rich.table import Table
 
 from met.exit_codes import EX_CONFIG, EX_DATAERR, EX_NOINPUT, EX_OK
 from met.path_option import nonempty_model, nonempty_path
-from met.speculative.spec_cost import AcceptanceCalibration, CostTable, DrafterMismatch, TableParseError
+from met.speculative.spec_cost import AcceptanceCalibration, CostTable, DrafterMismatch, LookupBin, TableParseError
 from met.speculative.spec_cost import fields
-from met.speculative.spec_cost.plan import choose, estimate_depths
+from met.speculative.spec_cost.plan import choose, estimate_depths, plan_depth
 
 tables_app = typer.Typer(help="Check and show measured cost tables.", no_args_is_help=True, rich_markup_mode=None)
 
@@ -244,10 +244,8 @@ def show(path: TableArg, calibration: CalibrationOpt = None, slack: SlackOpt = 0
             typer.echo(f"warning: the calibration was fitted on {drafted_for}'s MTP drafter and the table measured "
                        f"{key.recipe}; met serve refuses such a pair (exit 78), so these plans are no serve's",
                        err=True)
-    if cal is not None and cal.lookup:
-        console.print(_lookup_table(cal))
-    for n in table.widths:
-        grid = _width_table(table, cal, n, slack)
+    grids = [_lookup_table(cal), _copy_plans_table(cal, table, slack)] if cal is not None and cal.lookup else []
+    for grid in [*grids, *(_width_table(table, cal, n, slack) for n in table.widths)]:
         # never narrower than its figures (a pipe is 80 columns): rich would cut "0.6667" to "0.66…" or drop a column
         need = console.measure(grid, options=console.options.update_width(1 << 12)).minimum
         Console(width=max(console.width, need)).print(grid)
@@ -255,16 +253,39 @@ def show(path: TableArg, calibration: CalibrationOpt = None, slack: SlackOpt = 0
 
 def _lookup_table(cal: AcceptanceCalibration) -> Table:
     """Prompt lookup's bins: a copy's accept rate at each position (given the ones before it), by match length."""
-    grid = Table(title="prompt-lookup copies (the planner weighs them against drafting)", box=box.SIMPLE_HEAD,
-                 title_justify="left")
-    deepest = max(len(b.p_accept) for b in cal.lookup)
-    shown = min(deepest, 8)
-    for header in ["match", "copies", *(f"p{j}" for j in range(1, shown + 1))]:
-        grid.add_column(header, justify="right")
+    rows = []
+    shown = min(max(len(b.p_accept) for b in cal.lookup), 8)
     for b in cal.lookup:
-        match = str(b.min_match) if b.min_match == b.max_match else f"{b.min_match}-{b.max_match}"
         rates = [f"{p:.2f}" for p in b.p_accept[:shown]] + ["-"] * (shown - min(len(b.p_accept), shown))
-        grid.add_row(match, str(b.outcomes[0]), *rates)
+        rows.append([_match(b), str(b.outcomes[0]), *rates])
+    return _grid("prompt-lookup copies (the planner weighs them against drafting)",
+                 ["match", "copies", *(f"p{j}" for j in range(1, shown + 1))], rows)
+
+
+def _copy_plans_table(cal: AcceptanceCalibration, table: CostTable, slack: float) -> Table:
+    """At each width, the plan when every request's copy follows a match of a bin (copies as deep as the table
+    goes; drafts expected from the position priors)."""
+    rows = []
+    for b in cal.lookup:
+        copy = cal.copy_accepted_by_depth(b.min_match, table.kmax, table.kmax)
+        plans = [plan_depth(table, cal, n, None, slack, copies=[copy] * n) for n in table.widths]
+        rows.append([_match(b), *(f"copy k={d.k}" if d.source == "lookup" else f"k={d.k}" for d in plans)])
+    title = f"plan when every request's copy follows such a match (slack {slack:g}; before the verify pools' clamp)"
+    return _grid(title, ["match", *(f"n = {n}" for n in table.widths)], rows)
+
+
+def _match(b: LookupBin) -> str:
+    """A bin's match lengths: "3" or "8-11"."""
+    return str(b.min_match) if b.min_match == b.max_match else f"{b.min_match}-{b.max_match}"
+
+
+def _grid(title: str, headers: list[str], rows: list[list[str]]) -> Table:
+    """A right-justified table whose columns are never narrower than their figures or their headers' words."""
+    grid = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
+    for i, header in enumerate(headers):
+        grid.add_column(header, justify="right", min_width=max(*map(len, header.split()), *(len(r[i]) for r in rows)))
+    for row in rows:
+        grid.add_row(*row)
     return grid
 
 
