@@ -131,7 +131,9 @@ class Run:
     emitted_in_verify: int  # tokens those sequence-steps emitted: accepted drafts + one bonus each
     proposed_at: tuple[int, ...]  # per draft position: sequence-steps that verified a draft there
     accepted_at: tuple[int, ...]  # of those, how many had drafts 0..=i all accepted
-    steps: tuple[tuple[str, int, int, int], ...]  # (mode, width, deepest drafts verified, how many steps)
+    # (mode, width, deepest drafts verified, sequences the drafter drafted for, how many steps): a mixed
+    # step's copies are verified but not drafted, so its draft is priced at the drafted width
+    steps: tuple[tuple[str, int, int, int, int], ...]
     step_tokens: int  # tokens emitted by decode/verify steps (the first token of each request comes from prefill)
     step_seconds: float  # wall seconds of those steps' draft + verify (no prefill, admission or streaming)
     outputs: tuple[Output, ...]  # per prompt, in workload order
@@ -160,6 +162,7 @@ class _Recorder:
         self._lengths: list[tuple[SeqState, int]] = []  # the step's sequences and their tokens before it
         self.steps: list[StepRecord] = []
         self._draft_s = 0.0
+        self._drafted = 0  # sequences the step's drafter drafted for (drafts with confidences, as the scheduler prices)
         self._planned_at = 0.0
 
     @property
@@ -178,10 +181,11 @@ class _Recorder:
         start = time.perf_counter()
         drafts = self.policy.draft(runner, seqs, plan)
         self._draft_s = time.perf_counter() - start
+        self._drafted = sum(bool(d.confidences) for d in drafts)
         return drafts
 
     def observe(self, plan: StepPlan, outcomes: Sequence[Outcome], seconds: float) -> None:
-        self.shapes[plan.mode, len(outcomes), max((o.proposed for o in outcomes), default=0)] += 1
+        self.shapes[plan.mode, len(outcomes), max((o.proposed for o in outcomes), default=0), self._drafted] += 1
         self.tokens += sum(len(s.generated) - before for s, before in self._lengths)  # not o.emitted: past EOS too
         self.steps.append(StepRecord(tuple(o.proposed for o in outcomes), self._draft_s, seconds, self._planned_at))
         self.policy.observe(plan, outcomes, seconds)
@@ -239,7 +243,7 @@ def measure_run(runner: ModelRunner, name: str, factory: PolicyFactory, model_id
     return Run(name, runner.cache.max_batch, repeat,
                sum(k.end.completion_tokens for k in sinks if isinstance(k.end, Finished)), seconds,
                s.proposed, s.accepted, s.verify_seq_steps, s.emitted, tuple(c.proposed_at), tuple(c.accepted_at),
-               tuple(sorted((mode, w, k, n) for (mode, w, k), n in recorder.shapes.items())), recorder.tokens,
+               tuple(sorted((*shape, n) for shape, n in recorder.shapes.items())), recorder.tokens,
                recorder.seconds, tuple(outputs))
 
 

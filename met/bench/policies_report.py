@@ -51,16 +51,18 @@ class Check:
 def price(run: Run, table: CostTable | None) -> float | None:
     """Joules of a run's steps priced from the table; None without joules there or a step deeper than its kmax.
 
-    Each step costs its cell at (width, deepest drafts verified): verify joules, plus the MTP draft
-    joules for MTP steps. Prefill and host (prompt-lookup) drafting are not priced.
+    Each step costs its cell at (width, deepest drafts verified): verify joules, plus for MTP steps
+    the draft joules of the cell at the width the drafter drafted for (a mixed step's copies are
+    verified, not drafted), as the scheduler prices its steps. Prefill and host (prompt-lookup)
+    drafting are not priced.
     """
     if table is None or not table.has_energy:
         return None
     joules = 0.0
-    for mode, width, k, count in run.steps:
+    for mode, width, k, drafted, count in run.steps:
         if k > table.kmax:
             return None
-        joules += count * table.step_joules(width, k, drafted=mode == "mtp")
+        joules += count * table.step_joules(width, k, drafted=mode == "mtp", draft_width=drafted)
     return joules
 
 
@@ -244,8 +246,8 @@ def markdown(meta: dict, rows: Sequence[Row], results: Sequence[Check], problems
               "(no prefill, admission or streaming): what the steps alone deliver.",
               "- J/token: " + (f"priced from the table ({meta['energy_source']} joules): each step at its width and "
                                "deepest depth, verify joules plus MTP draft joules (a step of copies or host drafts: the "
-                               "verify's alone; a step that mixed copies with drafts: its whole width's "
-                               "draft, an upper bound), over every completion token "
+                               "verify's alone; a step that mixed copies with drafts: the draft of the width "
+                               "that drafted, as the scheduler prices it), over every completion token "
                                "(each request's first comes from its prefill); prefill and host lookup drafting "
                                "are not priced, so every figure is a lower bound, prompt-lookup's the more so."
                                if meta["energy_source"] not in (None, "none") else

@@ -112,7 +112,7 @@ def test_drafting_policies_draft_and_off_does_not(runs):
     assert rows["off", 1].mean_accepted_length is None and rows["off", 1].acceptance_at == ()
     assert len(rows["fixed-4", 1].acceptance_at) == 4 and len(rows["fixed-1", 1].acceptance_at) == 1
     fixed4 = next(r for r in runs if r.policy == "fixed-4" and r.concurrency == 1)
-    assert max(k for _, _, k, _ in fixed4.steps) == 4
+    assert max(k for _, _, k, _, _ in fixed4.steps) == 4
 
 
 def test_rows_share_each_policys_steps_by_mode(runs):
@@ -152,8 +152,8 @@ def test_pools_clamp_fixed_depths_at_wide_widths(model):
     # 10 requests: fixed-4 verifies four drafts at width 4, one at width 10 (the default pools' wide tier)
     factories = pol.policy_factories(["fixed-4"], model.cfg.mtp_depth, DEFAULT_POOLS, None, {})
     narrow, wide = pol.run_all(model, "micro@t", factories, pol.Workload(_prompts(10, seed=2), 6, (4, 16), 1))
-    assert max(k for *_, k, _ in narrow.steps) == 4
-    deepest = {k for _, w, k, _ in wide.steps if w >= 9}
+    assert max(k for _, _, k, _, _ in narrow.steps) == 4
+    deepest = {k for _, w, k, _, _ in wide.steps if w >= 9}
     assert 1 in deepest and deepest <= {0, 1}  # 0: a request's last token leaves no room for a draft
 
 
@@ -442,3 +442,13 @@ def _has_matplotlib() -> bool:
     except ImportError:
         return False
     return True
+
+
+def test_a_mixed_step_is_priced_at_the_width_that_drafted():
+    # 4 sequences, one copies and three draft 2 deep: verify joules of cell(4, 2) (3 J) plus the draft joules
+    # of cell(3, 2), as the scheduler prices it: 0.6 J, between the table's widths 1 and 4 (0.2 and 0.8 J)
+    key = TableKey(BOX, "micro@t", "nvml", {m: "0" * 16 for m in MODES})
+    table = CostTable(key, [Cell(n, k, 0.01, 0.001 * k, 1.0 + k, 0.1 * k * n) for n in (1, 4) for k in range(3)])
+    run = pol.Run("measured", 4, 0, 8, 1.0, 0, 0, 0, 0, (), (), (("mtp", 4, 2, 3, 2), ("lookup", 4, 2, 0, 1)), 8,
+                  1.0, ())
+    assert price(run, table) == pytest.approx(2 * (3.0 + 0.6) + 3.0)  # the copies' step: its verify alone
