@@ -282,7 +282,7 @@ def _match(b: LookupBin) -> str:
 def _grid(title: str, headers: list[str], rows: list[list[str]]) -> Table:
     """A right-justified table whose columns are never narrower than their figures or their headers' words."""
     grid = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
-    for i, header in enumerate(headers):
+    for i, header in enumerate(headers):  # a narrow terminal wraps the headers, never the figures
         grid.add_column(header, justify="right", min_width=max(*map(len, header.split()), *(len(r[i]) for r in rows)))
     for row in rows:
         grid.add_row(*row)
@@ -291,7 +291,6 @@ def _grid(title: str, headers: list[str], rows: list[list[str]]) -> Table:
 
 def _width_table(table: CostTable, cal: AcceptanceCalibration | None, n: int, slack: float) -> Table:
     """One width's rows: seconds in ms, joules as measured, and what each depth delivers."""
-    grid = Table(title=f"width n = {n}", box=box.SIMPLE_HEAD, title_justify="left")
     catchups = any(table.cell(n, k).catchup_s is not None for k in range(1, table.kmax + 1))
     headers = ["k", "verify ms", "draft ms"] + (["catch-up us/row"] if catchups else [])
     headers += ["verify J", "draft J"] if table.has_energy else []
@@ -313,8 +312,4 @@ def _width_table(table: CostTable, cal: AcceptanceCalibration | None, n: int, sl
             row += [f"{e.tokens_per_j:.4g}"] if table.has_energy else []
             row.append("◀" if k == chosen else "")
         rows.append(row)
-    for i, header in enumerate(headers):  # a narrow terminal wraps the headers, never the figures
-        grid.add_column(header, justify="right", min_width=max(*map(len, header.split()), *(len(row[i]) for row in rows)))
-    for row in rows:
-        grid.add_row(*row)
-    return grid
+    return _grid(f"width n = {n}", headers, rows)
