@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from met.engine import heap
-from met.engine.policy_base import Outcome, PlainPolicy, Policy, StepPlan
+from met.engine.policy_base import Outcome, PlainPolicy, Policy, StepPlan, drafter_width
 from met.engine.policy_dflash import DflashPolicy, RunnerDflash
 from met.engine.policy_lookup import LookupPolicy
 from met.engine.policy_mtp import MtpFixedPolicy, MtpLadderPolicy, MtpPlannedPolicy
@@ -162,7 +162,7 @@ class _Recorder:
         self._lengths: list[tuple[SeqState, int]] = []  # the step's sequences and their tokens before it
         self.steps: list[StepRecord] = []
         self._draft_s = 0.0
-        self._drafted = 0  # sequences the step's drafter drafted for (drafts with confidences, as the scheduler prices)
+        self._drafted = 0  # sequences the step's drafter drafted for, as the scheduler prices the step
         self._planned_at = 0.0
 
     @property
@@ -181,7 +181,7 @@ class _Recorder:
         start = time.perf_counter()
         drafts = self.policy.draft(runner, seqs, plan)
         self._draft_s = time.perf_counter() - start
-        self._drafted = sum(bool(d.confidences) for d in drafts)
+        self._drafted = drafter_width(drafts)
         return drafts
 
     def observe(self, plan: StepPlan, outcomes: Sequence[Outcome], seconds: float) -> None:

@@ -69,6 +69,12 @@ def clamp_depths(depth: int, runner: ModelRunner, seqs: Sequence[SeqState],
     return final, ", ".join(r for r in reasons if r)
 
 
+def drafter_width(drafts: Sequence[Draft]) -> int:
+    """How many sequences a step's drafter drafted for: drafts with confidences (copies and plain rows have
+    none), the width a step's draft is priced at (CostTable.step_joules' draft_width)."""
+    return sum(bool(d.confidences) for d in drafts)
+
+
 def drafting(mode: str, depths: Sequence[int]) -> str:
     """The step's mode, or "plain" when the clamps left no sequence a draft (no draft is made or verified)."""
     return mode if any(depths) else "plain"

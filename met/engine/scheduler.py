@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from met.engine.policy_base import Outcome, Policy, StepPlan
+from met.engine.policy_base import Outcome, Policy, StepPlan, drafter_width
 from met.engine.proposer import HOST_MODES, Proposer
 from met.engine.requests import Delta, Failed, Finished, Request, SeqState, Sink
 from met.engine.runner import Draft, ModelRunner, VerifyResult
@@ -285,9 +285,8 @@ class Scheduler:
         self.stats.record_step(plan.mode, seconds)
         # priced as it ran: a probe drafts where the plan said k = 0, replans go deeper or stop early
         verified = max((o.proposed for o in outcomes), default=0)
-        # the drafter's drafts carry confidences; copies (a mixed step's too) and plain rows none
         energy = plan.table.step_joules(len(outcomes), verified, drafted=plan.mode != "lookup",
-                                        draft_width=sum(bool(d.confidences) for d in drafts)) \
+                                        draft_width=drafter_width(drafts)) \
             if plan.table is not None else None
         self.counters.record_step(streamed, seconds, energy)
         self.policy.observe(plan, outcomes, seconds)
