@@ -9,7 +9,8 @@ Invariants:
 - A table is used only under the key it was measured under (TableKey.check), a calibration only
   for the drafter it was fitted on (DrafterKey); a mismatch is refused, never approximated.
 - A parsed table has, for every width, a cell at every depth 0..=kmax, all with finite positive
-  costs (CostTable.parse); parse raises only TableParseError, whatever the text.
+  costs (CostTable.parse), and optionally verify-only cells deeper (a width's run from kmax + 1 to
+  its deepest: what verifying copies costs); parse raises only TableParseError, whatever the text.
 - Costs between measured widths are linear in width; outside the range, the nearest width's.
 """
 
@@ -37,12 +38,12 @@ from met.speculative.spec_cost.keys import (
     TableKey,
 )
 from met.speculative.spec_cost.state import SpecCostState
-from met.speculative.spec_cost.table import MAX_DEPTH, MAX_WIDTH, Cell, CostTable
+from met.speculative.spec_cost.table import MAX_DEPTH, MAX_WIDTH, Cell, CostTable, VerifyCell
 
 __all__ = [
     "ENERGY_SOURCES", "MAX_DEPTH", "MAX_WIDTH", "MIN_OUTCOMES", "SCHEMA",
     "AcceptanceCalibration", "BoxClassMismatch", "CarryBin", "Cell", "ConfidenceBin", "CostTable", "DrafterKey",
     "DrafterMismatch", "EnergySourceMismatch", "KeyMismatch", "KeyMismatchError", "LookupBin", "ModeNotMeasured",
     "PlanDigestMismatch", "PositionPrior", "RecipeMismatch", "SchemaMismatch", "SpecCostError",
-    "SpecCostState", "TableKey", "TableParseError",
+    "SpecCostState", "TableKey", "TableParseError", "VerifyCell",
 ]

@@ -1,4 +1,4 @@
-"""The measured cost table: one Cell per (width, depth), validated, interpolated in width."""
+"""The measured cost table: one Cell per (width, depth), verify-only cells deeper, validated, interpolated in width."""
 
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
@@ -16,6 +16,8 @@ MAX_DEPTH = 64  # drafts per sequence; far above any depth worth verifying
 _CELL_REQUIRED = ("n", "k", "verify_s", "draft_s")
 _SPREADS = ("verify_s_spread", "draft_s_spread", "verify_j_spread", "draft_j_spread")
 _CELL_OPTIONAL = ("verify_j", "draft_j", *_SPREADS, "catchup_s")
+_VERIFY_REQUIRED = ("n", "k", "verify_s")
+_VERIFY_OPTIONAL = ("verify_j", "verify_s_spread", "verify_j_spread")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,15 +87,56 @@ class Cell:
 
 
 @dataclass(frozen=True, slots=True)
+class VerifyCell:
+    """A verify step deeper than the drafter drafts: n sequences, k drafts each that no drafter made.
+
+    What verifying k copies costs (prompt lookup's copies of a history run as deep as its match
+    holds, where the MTP drafter stops at its depth): the verify alone, in the same units as
+    Cell's verify_s and verify_j. k is above the table's kmax (the cells price depths up to it).
+    """
+
+    n: int
+    k: int
+    verify_s: float
+    verify_j: float | None = None
+    verify_s_spread: float | None = None
+    verify_j_spread: float | None = None
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        fields.whole(self.n, "n", 1, MAX_WIDTH)
+        fields.whole(self.k, "k", 1, MAX_DEPTH)
+        set_(self, "verify_s", fields.cost(self.verify_s, "verify_s"))
+        if self.verify_j is not None:
+            set_(self, "verify_j", fields.cost(self.verify_j, "verify_j"))
+        for attr in ("verify_s_spread", "verify_j_spread"):
+            set_(self, attr, fields.spread(getattr(self, attr), attr))
+        if self.verify_j_spread is not None and self.verify_j is None:
+            raise TableParseError("verify_j_spread", self.verify_j_spread, "is given for a cell without joules")
+
+    def to_dict(self) -> dict:
+        """The [[verify_cells]] entry as tomli-w writes it (absent fields left out)."""
+        names = _VERIFY_REQUIRED + _VERIFY_OPTIONAL
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+
+
+@dataclass(frozen=True, slots=True)
 class CostTable:
-    """A parsed, validated cost table: its key, a cell at every depth 0..=kmax of every width, and [meta]."""
+    """A parsed, validated cost table: its key, a cell at every depth 0..=kmax of every width, and [meta].
+
+    verify_cells (optional): per width, a VerifyCell at each depth kmax + 1..=that width's deepest
+    (none at some widths, or at all), the verify of copies deeper than the drafter drafts.
+    """
 
     key: TableKey
     cells: tuple[Cell, ...] | Iterable[Cell]
     meta: Mapping[str, object] = field(default_factory=dict)
+    verify_cells: tuple[VerifyCell, ...] | Iterable[VerifyCell] = ()
     _index: dict[tuple[int, int], Cell] = field(init=False, repr=False, compare=False)
     _widths: tuple[int, ...] = field(init=False, repr=False, compare=False)  # the planner asks every step
     _between: dict[tuple[int, int], Cell] = field(init=False, repr=False, compare=False)  # interpolated, made once
+    _deepest: dict[int, int] = field(init=False, repr=False, compare=False)  # measured widths' deepest verify cells
+    _depths: dict[int, int] = field(init=False, repr=False, compare=False)  # verify_depth's answers, made once
 
     def __post_init__(self) -> None:
         if not isinstance(self.key, TableKey):
@@ -117,10 +160,16 @@ class CostTable:
                     raise TableParseError("cells", None, f"width n={n} has no cell at k={k} (every width needs "
                                           f"a cell at each depth 0..={kmax})", show_value=False)
         object.__setattr__(self, "cells", tuple(sorted(cells, key=lambda c: (c.n, c.k))))
+        widths = tuple(sorted({n for n, _ in index}))
+        object.__setattr__(self, "verify_cells", _checked_verify_cells(list(self.verify_cells), kmax, widths,
+                                                                       self.key.energy_source))
         object.__setattr__(self, "meta", MappingProxyType(fields.meta(self.meta)))
-        object.__setattr__(self, "_index", {(c.n, c.k): c for c in self.cells})
-        object.__setattr__(self, "_widths", tuple(sorted({c.n for c in self.cells})))
+        object.__setattr__(self, "_index", {(c.n, c.k): c for c in (*self.cells, *self.verify_cells)})
+        object.__setattr__(self, "_widths", widths)
         object.__setattr__(self, "_between", {})
+        deepest = {c.n: c.k for c in self.verify_cells}  # sorted by (n, k): each width's last is its deepest
+        object.__setattr__(self, "_deepest", deepest)
+        object.__setattr__(self, "_depths", {})
 
     @property
     def widths(self) -> tuple[int, ...]:
@@ -131,6 +180,20 @@ class CostTable:
     def kmax(self) -> int:
         """The deepest measured depth (every width has cells 0..=kmax)."""
         return self.cells[-1].k  # cells are sorted by (n, k), and every width has the same depths
+
+    def verify_depth(self, n: int) -> int:
+        """The deepest verify priced at width n: its verify cells' deepest (kmax without any).
+
+        Between two measured widths the lesser of theirs (an interpolation needs both ends); outside
+        them, the nearest width's.
+        """
+        known = self._depths.get(n)
+        if known is None:
+            widths = self.widths
+            i = bisect_left(widths, n)
+            ends = [widths[j] for j in (i - 1, i) if 0 <= j < len(widths)]
+            known = self._depths[n] = min(self._deepest.get(w, self.kmax) for w in ends)
+        return known
 
     @property
     def has_energy(self) -> bool:
@@ -143,14 +206,31 @@ class CostTable:
         The returned cell's n is the width asked for; an interpolated cell has no spreads.
         Example: widths 1 and 5 with verify_s 1.0 and 3.0 give verify_s 1.5 at n = 2.
         """
+        if type(k) is int and k > self.kmax:
+            raise ValueError(f"depth {k!r} is outside the table's 0..={self.kmax}")
+        return self._at(n, k)
+
+    def verify_cell(self, n: int, k: int) -> Cell | VerifyCell:
+        """The verify at width n, depth k, up to verify_depth(n): the Cell up to kmax, the VerifyCell past it.
+
+        Only verify_s and verify_j mean the same in both (a VerifyCell prices no draft). Interpolated
+        in width as cell() is.
+        """
+        if type(n) is int and type(k) is int and (n, k) in self._index:
+            return self._index[n, k]
+        return self._at(n, k, self.verify_depth(n) if type(n) is int and 1 <= n <= MAX_WIDTH else self.kmax)
+
+    def _at(self, n: int, k: int, deepest: int | None = None) -> Cell | VerifyCell:
+        """cell() and verify_cell(): measured, made before, or interpolated in width now."""
         if type(n) is int and type(k) is int:  # the planner asks several times a step: measured, or made before
             known = self._index.get((n, k)) or self._between.get((n, k))
             if known is not None:
                 return known
+        deepest = self.kmax if deepest is None else deepest
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_WIDTH:
             raise ValueError(f"width {n!r} is not a whole number in 1..={MAX_WIDTH}")
-        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= self.kmax:
-            raise ValueError(f"depth {k!r} is outside the table's 0..={self.kmax}")
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= deepest:
+            raise ValueError(f"depth {k!r} is outside the table's 0..={deepest}")
         widths = self.widths
         i = bisect_left(widths, n)
         if i < len(widths) and widths[i] == n:
@@ -165,18 +245,18 @@ class CostTable:
     def step_joules(self, n: int, k: int, drafted: bool = True, draft_width: int | None = None) -> float | None:
         """Joules of a step that verified k drafts per sequence at width n (and drafted them, unless a host did).
 
-        None when the table has no energy. Priced at the deepest drafts verified: drafts made and then
+        None when the table has no energy. A step that drafted nothing may be as deep as verify_depth(n). Priced at the deepest drafts verified: drafts made and then
         dropped before the verify are not priced. draft_width: how many of the n sequences the
         drafter drafted for (the rest copied, or had no room), priced at that width's draft; None: all n.
         """
-        cell = self.cell(n, k)
+        cell = self.verify_cell(n, k) if not drafted or draft_width == 0 else self.cell(n, k)
         if cell.verify_j is None:
             return None
         if not drafted or draft_width == 0:
             return cell.verify_j
         return cell.verify_j + self.cell(draft_width or n, k).draft_j
 
-    def _interpolate(self, n: int, k: int, i: int) -> Cell:
+    def _interpolate(self, n: int, k: int, i: int) -> Cell | VerifyCell:
         """cell(n, k) between the measured widths widths[i - 1] < n < widths[i]."""
         lo, hi = self._index[self._widths[i - 1], k], self._index[self._widths[i], k]
 
@@ -185,13 +265,18 @@ class CostTable:
             # Weighted form: exact at the ends, and positive whenever both ends are.
             return None if a is None else (a * (hi.n - n) + b * (n - lo.n)) / (hi.n - lo.n)
 
+        if isinstance(lo, VerifyCell):
+            return VerifyCell(n, k, lerp("verify_s"), lerp("verify_j"))
         catchup = lerp("catchup_s") if hi.catchup_s is not None else None
         return Cell(n, k, lerp("verify_s"), lerp("draft_s"), lerp("verify_j"), lerp("draft_j"), catchup_s=catchup)
 
     def to_toml(self) -> str:
         """The table as TOML text; parse(to_toml()) gives back an equal table."""
         doc = {"schema": self.key.schema, "key": self.key.to_dict(), "meta": dict(self.meta)}
-        return fields.dump(doc, {"cells": [c.to_dict() for c in self.cells]})
+        arrays = {"cells": [c.to_dict() for c in self.cells]}
+        if self.verify_cells:
+            arrays["verify_cells"] = [c.to_dict() for c in self.verify_cells]
+        return fields.dump(doc, arrays)
 
     @classmethod
     def parse(cls, text: str) -> Self:
@@ -202,16 +287,53 @@ class CostTable:
         if "drafter" in doc and "key" not in doc:  # say what the file is, not that [drafter] is unknown here
             raise TableParseError("drafter", None, "belongs to a calibration: this file is a drafter's calibration, "
                                   "not a cost table", show_value=False)
-        fields.shape(doc, "", ("schema", "key", "cells"), ("meta",))
+        fields.shape(doc, "", ("schema", "key", "cells"), ("meta", "verify_cells"))
         key = TableKey.from_dict(fields.table(doc, "key", ""), doc["schema"])
-        cells = []
-        for i, raw in enumerate(fields.tables(doc, "cells", "")):
-            try:
-                fields.shape(raw, "", _CELL_REQUIRED, _CELL_OPTIONAL)
-                cells.append(Cell(**raw))
-            except TableParseError as exc:
-                raise exc.within(f"cells[{i}]") from None
-        return cls(key, cells, doc.get("meta", {}))
+        cells = _parsed(doc, "cells", Cell, _CELL_REQUIRED, _CELL_OPTIONAL)
+        verify_cells = _parsed(doc, "verify_cells", VerifyCell, _VERIFY_REQUIRED, _VERIFY_OPTIONAL) \
+            if "verify_cells" in doc else []
+        return cls(key, cells, doc.get("meta", {}), verify_cells)
+
+
+def _parsed(doc: Mapping, name: str, kind: type, required: tuple[str, ...], optional: tuple[str, ...]) -> list:
+    """The array of tables `name` as `kind`s, each checked for its fields; errors name the entry."""
+    parsed = []
+    for i, raw in enumerate(fields.tables(doc, name, "")):
+        try:
+            fields.shape(raw, "", required, optional)
+            parsed.append(kind(**raw))
+        except TableParseError as exc:
+            raise exc.within(f"{name}[{i}]") from None
+    return parsed
+
+
+def _checked_verify_cells(cells: list, kmax: int, widths: tuple[int, ...], source: str) -> tuple[VerifyCell, ...]:
+    """The verify cells sorted, after checking each width's run kmax + 1..=its deepest without a gap or a repeat."""
+    where: dict[tuple[int, int], int] = {}
+    for i, cell in enumerate(cells):
+        if not isinstance(cell, VerifyCell):
+            raise TableParseError(f"verify_cells[{i}]", cell, "is not a VerifyCell")
+        if (source == "none") != (cell.verify_j is None):
+            raise TableParseError(f"verify_cells[{i}].verify_j", cell.verify_j,
+                                  f"must be {'absent' if source == 'none' else 'given'} under key.energy_source "
+                                  f"\"{source}\" (as in every cell)", show_value=cell.verify_j is not None)
+        if cell.k <= kmax:
+            raise TableParseError(f"verify_cells[{i}].k", cell.k, f"is not deeper than the cells' kmax {kmax} "
+                                  "(a verify cell prices a depth the cells do not)")
+        if cell.n not in widths:
+            raise TableParseError(f"verify_cells[{i}].n", cell.n, f"is not a width of the cells {widths}")
+        if (cell.n, cell.k) in where:
+            raise TableParseError(f"verify_cells[{i}]", None, f"duplicates the verify cell n={cell.n} k={cell.k} "
+                                  f"at verify_cells[{where[cell.n, cell.k]}]", show_value=False)
+        where[cell.n, cell.k] = i
+    for n in widths:
+        deepest = max((k for m, k in where if m == n), default=kmax)
+        for k in range(kmax + 1, deepest + 1):
+            if (n, k) not in where:
+                raise TableParseError("verify_cells", None, f"width n={n} has no verify cell at k={k} (a width's "
+                                      f"verify cells run from k={kmax + 1} to its deepest, {deepest}, without a gap)",
+                                      show_value=False)
+    return tuple(sorted(cells, key=lambda c: (c.n, c.k)))
 
 
 def _check_energy(cell: Cell, i: int, source: str) -> None:
