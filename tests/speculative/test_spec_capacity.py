@@ -126,3 +126,11 @@ def test_default_pools_clamp_wide_tier_to_one(width: int, requested: int, room: 
     # widths 9..=16 never verify more than one draft per sequence unless the flag lifts it
     out = clamp_drafts_to_slot_capacity(requested, [0] * width, [room] * width)
     assert all(d <= 1 for d in out)
+
+
+def test_copy_pools_are_the_dflash_rungs_default_pools_for_a_16_token_block():
+    from met.speculative.dflash_rung import MAX_GAMMA, DflashParams, verify_pools
+    from met.speculative.spec_capacity import COPY_POOLS
+
+    assert COPY_POOLS == verify_pools(DflashParams(), MAX_GAMMA)
+    assert [COPY_POOLS.max_drafts(n) for n in (1, 2, 3, 4, 5, 8, 9, 16, 17)] == [16, 8, 6, 6, 4, 4, 2, 2, 1]
