@@ -7,7 +7,9 @@ import tomli_w
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from met.speculative.spec_cost import ENERGY_SOURCES, MAX_WIDTH, Cell, CostTable, TableKey, TableParseError
+from met.speculative.spec_cost import (
+    ENERGY_SOURCES, MAX_DEPTH, MAX_WIDTH, Cell, CostTable, TableKey, TableParseError, VerifyCell,
+)
 
 KEY = TableKey("nvidia-h200x1", "met-tiny-py@abc123", "nvml", {"decode": "d1", "verify": "v1", "draft_mtp": "m1"})
 NO_METER = TableKey("cpu-epyc-2t", "met-tiny-py@abc123", "none", {"decode": "d1", "verify": "v1"})
@@ -349,3 +351,28 @@ def test_interpolated_costs_lie_between_their_neighbours(table, n, data):
 def test_cell_refuses_a_width_or_depth_the_table_cannot_answer(n, k):
     with pytest.raises(ValueError):
         make_table().cell(n, k)
+
+
+# -- verify-only cells: deeper than kmax, verify alone ------------------------------------------
+
+
+def verify_cells_for(depths: dict[int, int], kmax=2, key=KEY) -> list[VerifyCell]:
+    """Verify cells k = kmax + 1..=depths[n] at each width, priced as make_table's cells continue."""
+    joules = key.energy_source != "none"
+    return [VerifyCell(n, k, 0.01 * n + 0.001 * k, 1.0 + n + k if joules else None)
+            for n, deepest in depths.items() for k in range(kmax + 1, deepest + 1)]
+
+
+def deep_table(depths: dict[int, int], widths=(1, 4), key=KEY) -> CostTable:
+    """make_table's cells (kmax 2) and verify cells as deep as `depths` says, per width."""
+    return CostTable(key, make_table(widths, key=key).cells, {}, verify_cells_for(depths, key=key))
+
+
+def test_verify_depth_at_a_measured_width_is_its_own_deepest():
+    # Width 4 measures copies to k = 4, width 1 none (kmax 2): at n = 4 the table prices k = 4, so the
+    # planner may copy that deep there. The lesser of two widths is for widths between them only
+    # (verify_depth(4) was min(width 1's, width 4's) = 2).
+    table = deep_table({4: 4})
+    assert table.verify_depth(4) == 4
+    assert table.verify_depth(1) == 2
+    assert table.verify_cell(4, 4).verify_s == pytest.approx(0.044)

@@ -191,7 +191,8 @@ class CostTable:
         if known is None:
             widths = self.widths
             i = bisect_left(widths, n)
-            ends = [widths[j] for j in (i - 1, i) if 0 <= j < len(widths)]
+            measured = i < len(widths) and widths[i] == n
+            ends = [n] if measured else [widths[j] for j in (i - 1, i) if 0 <= j < len(widths)]
             known = self._depths[n] = min(self._deepest.get(w, self.kmax) for w in ends)
         return known
 
