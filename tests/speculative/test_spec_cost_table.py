@@ -376,3 +376,12 @@ def test_verify_depth_at_a_measured_width_is_its_own_deepest():
     assert table.verify_depth(4) == 4
     assert table.verify_depth(1) == 2
     assert table.verify_cell(4, 4).verify_s == pytest.approx(0.044)
+
+
+@pytest.mark.parametrize("bad", [0, -3, MAX_WIDTH + 1, True, 2.0, "2", [2]])
+def test_verify_depth_refuses_what_is_no_width(bad):
+    # As cell() does: a caller bug, refused, not answered with a neighbour's depth (0 and True were).
+    table = deep_table({1: 3})
+    table.verify_depth(1)  # cached: True hashes as 1 and must not find it
+    with pytest.raises(ValueError, match="is not a whole number in 1"):
+        table.verify_depth(bad)

@@ -187,6 +187,8 @@ class CostTable:
         Between two measured widths the lesser of theirs (an interpolation needs both ends); outside
         them, the nearest width's.
         """
+        if type(n) is not int or not 1 <= n <= MAX_WIDTH:
+            raise ValueError(f"width {n!r} is not a whole number in 1..={MAX_WIDTH}")
         known = self._depths.get(n)
         if known is None:
             widths = self.widths
