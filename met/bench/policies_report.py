@@ -49,7 +49,7 @@ class Check:
 
 
 def price(run: Run, table: CostTable | None) -> float | None:
-    """Joules of a run's steps priced from the table; None without joules there or a step deeper than its kmax.
+    """Joules of a run's steps priced from the table; None without joules there or a step deeper than it prices.
 
     Each step costs its cell at (width, deepest drafts verified): verify joules, plus for MTP steps
     the draft joules of the cell at the width the drafter drafted for (a mixed step's copies are
@@ -60,7 +60,7 @@ def price(run: Run, table: CostTable | None) -> float | None:
         return None
     joules = 0.0
     for mode, width, k, drafted, count in run.steps:
-        if k > table.kmax:
+        if k > (table.kmax if mode == "mtp" and drafted else table.verify_depth(width)):  # copies: verify cells
             return None
         joules += count * table.step_joules(width, k, drafted=mode == "mtp", draft_width=drafted)
     return joules

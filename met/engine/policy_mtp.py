@@ -29,7 +29,10 @@ for the sequences whose copy expects at least what drafting does, MTP drafts for
 wins, the step verifies the copies, as deep as the plan chose (a sequence without a copy decodes
 one token, in a mixed step one that drafts drafts without replans), and a copy leaves no
 confidences: the next plan reads the priors for it, as after a plain step. Copies come from the
-sequence's own history only (the calibration judged those), never the shared lookup cache.
+sequence's own history only (the calibration judged those), never the shared lookup cache. A
+copy has no drafter depth: it goes as deep as the table prices verifies (its verify-only cells
+past kmax, CostTable.verify_depth) and the copy pools hold (spec_capacity.COPY_POOLS: 16 at
+width 1), where the MTP drafts stop at kmax; a mixed step drafts, so it stays within kmax.
 A plain step leaves no confidences, so the next plan reads the priors; where the priors favour
 plain decode the planner would never draft again, however predictable the text became. So after
 PROBE_AFTER plain steps in a row, a step drafts anyway and verifies at least one draft (its
@@ -59,7 +62,7 @@ from met.engine.runner import Draft, ModelRunner, Replan
 from met.speculative.adaptive_rung import AdaptiveRung
 from met.speculative.ladder import mtp_ladder_drafts
 from met.speculative.mtp_gate import MtpGate, Mode
-from met.speculative.spec_capacity import VerifyPools
+from met.speculative.spec_capacity import COPY_POOLS, VerifyPools
 from met.speculative.spec_cost import SpecCostState
 from met.speculative.spec_cost.lookup import LOOKUP_MAX_NGRAM
 
@@ -130,18 +133,27 @@ class MtpPlannedPolicy:
         """The deepest a step of this width plans: the table's, the model's MTP depth and the verify pool, the least."""
         return min(self.state.table.kmax, self.num_drafts, self.pools.max_drafts(width))
 
+    def copy_kmax(self, width: int) -> int:
+        """The deepest a step of this width copies: the table's verify cells' and the copy pool's, the lesser."""
+        return min(self.state.table.verify_depth(width), COPY_POOLS.max_drafts(width))
+
     def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
         width = len(seqs)
         kmax = self.kmax(width)
         room, room_clamp = clamp_depths(kmax, runner, seqs, self.pools)
         # a sequence the clamps leave no draft (its last token, no KV room) is not caught up: 0 rows to price
         behind = [runner.mtp_behind(s.slot) if r else 0 for s, r in zip(seqs, room)]
-        copies = self._weigh_copies(seqs, room, kmax) if self.copy_ngram and kmax else None
+        copies, copy_kmax = None, 0
+        if self.copy_ngram and kmax:
+            copy_kmax = self.copy_kmax(width)
+            copy_room = clamp_depths(copy_kmax, runner, seqs, COPY_POOLS)[0] if copy_kmax > kmax else room
+            copies = self._weigh_copies(seqs, copy_room, copy_kmax)
         decision = self.state.plan(width, None, kmax, previous=_previous_firsts(seqs), behind=behind,
-                                   remaining=[s.remaining for s in seqs], copies=copies)
+                                   remaining=[s.remaining for s in seqs], copies=copies, copy_kmax=copy_kmax)
         if decision.source in ("lookup", "mixed"):
             copying = decision.copying
-            depths, clamp = clamp_depths(decision.k, runner, seqs, self.pools)
+            pools = COPY_POOLS if decision.source == "lookup" else self.pools  # a mixed step drafts: within kmax
+            depths, clamp = clamp_depths(decision.k, runner, seqs, pools)
             depths = tuple(min(d, len(c)) if copies else d for d, c, copies in zip(depths, self._copies, copying))
             self.plain_steps = 0 if any(depths) else self.plain_steps + 1
             self.probing = False

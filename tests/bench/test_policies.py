@@ -19,7 +19,7 @@ from met.engine.policy_base import Outcome, PlainPolicy, StepPlan
 from met.exit_codes import EX_CANTCREAT, EX_CONFIG, EX_DATAERR, EX_OK, EX_SOFTWARE
 from met.speculative.spec_capacity import DEFAULT_POOLS
 from met.speculative.spec_cost import (AcceptanceCalibration, Cell, CostTable, PositionPrior, SpecCostState,
-                                       TableKey)
+                                       TableKey, VerifyCell)
 
 BOX = "test-box"
 CONCURRENCIES = (1, 4, 16)
@@ -452,3 +452,18 @@ def test_a_mixed_step_is_priced_at_the_width_that_drafted():
     run = pol.Run("measured", 4, 0, 8, 1.0, 0, 0, 0, 0, (), (), (("mtp", 4, 2, 3, 2), ("lookup", 4, 2, 0, 1)), 8,
                   1.0, ())
     assert price(run, table) == pytest.approx(2 * (3.0 + 0.6) + 3.0)  # the copies' step: its verify alone
+
+
+def test_a_copy_past_the_drafters_depth_is_priced_at_the_tables_verify_cell():
+    # a lookup step 5 deep at width 1: the verify cell's 7 J; 6 deep is past what the table prices: no figure
+    key = TableKey(BOX, "micro@t", "nvml", {m: "0" * 16 for m in MODES})
+    cells = [Cell(n, k, 0.01, 0.001 * k, 1.0 + k, 0.1 * k * n) for n in (1, 4) for k in range(3)]
+    deeper = [VerifyCell(1, k, 0.02, 4.0 + k) for k in (3, 4, 5)]
+    table = CostTable(key, cells, {}, deeper)
+    steps = (("lookup", 1, 5, 0, 2), ("mtp", 1, 2, 1, 1))
+    run = pol.Run("measured", 1, 0, 8, 1.0, 0, 0, 0, 0, (), (), steps, 8, 1.0, ())
+    assert price(run, table) == pytest.approx(2 * 9.0 + (3.0 + 0.2))
+    deep = pol.Run("measured", 1, 0, 8, 1.0, 0, 0, 0, 0, (), (), (("lookup", 1, 6, 0, 1),), 8, 1.0, ())
+    assert price(deep, table) is None
+    drafted_deep = pol.Run("measured", 1, 0, 8, 1.0, 0, 0, 0, 0, (), (), (("mtp", 1, 3, 1, 1),), 8, 1.0, ())
+    assert price(drafted_deep, table) is None  # a drafted step past kmax has no draft cost to price

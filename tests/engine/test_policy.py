@@ -19,7 +19,7 @@ from met.speculative.dflash_rung import DflashRung
 from met.speculative.mtp_gate import Mode
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 from met.speculative.spec_cost import (AcceptanceCalibration, CarryBin, Cell, ConfidenceBin, CostTable, DrafterKey,
-                                       PositionPrior, SpecCostState, TableKey)
+                                       PositionPrior, SpecCostState, TableKey, VerifyCell)
 from met.speculative.spec_cost.lookup import LOOKUP_MAX_NGRAM, LookupBin
 
 
@@ -386,6 +386,30 @@ def test_measured_planner_copies_from_the_history_when_the_calibration_says_copi
     assert bare.copy_ngram == 0 and bare.plan(_runner(), _copying_seqs(2)).mode == "mtp"
 
 
+def _deep_copying_state(rate: float) -> SpecCostState:
+    """_copying_state(rate) whose table also prices verifies past kmax 4: to 8 at width 1, to 6 at width 8."""
+    state = _copying_state(rate)
+    deeper = [VerifyCell(n, k, 0.010 + 0.002 * k) for n, deepest in ((1, 8), (8, 6)) for k in range(5, deepest + 1)]
+    table = CostTable(state.table.key, state.table.cells, {}, deeper)
+    lookup = [LookupBin(1, LOOKUP_MAX_NGRAM, (rate,) * 12, (500,) * 12)]
+    cal = replace(state.calibration, lookup=lookup)
+    return SpecCostState(table, cal, state.slack, state.serve_key, state.serve_drafter)
+
+
+def test_measured_planner_copies_past_the_mtp_depth_as_deep_as_the_table_prices_verifies():
+    p = MtpPlannedPolicy(_deep_copying_state(0.99), 4, DEFAULT_POOLS)
+    assert (p.kmax(1), p.copy_kmax(1), p.copy_kmax(2), p.copy_kmax(8), p.copy_kmax(12)) == (4, 8, 6, 4, 2)
+    seqs = _copying_seqs(1)
+    plan = p.plan(_runner(), seqs)
+    assert plan.mode == "lookup" and plan.depths == (8,) and plan.why.startswith("copy k=8")
+    assert p.draft(_runner(), seqs, plan)[0].tokens == [7, 8, 9, 5, 6, 7, 8, 9]  # the loop, as deep as the plan
+    assert p.plan(_runner(), _copying_seqs(2)).depths == (6, 6)  # between widths 1 and 8: the lesser verify depth
+    assert p.plan(_runner(length=120), _copying_seqs(1)).depths == (7,)  # the KV room still clamps a copy
+    # a copy that rarely holds is not verified deep: each further draft costs a verify position
+    unsure = MtpPlannedPolicy(_deep_copying_state(0.6), 4, DEFAULT_POOLS)
+    assert unsure.plan(_runner(), _copying_seqs(1)).depths[0] < 8
+
+
 def test_measured_planner_copies_a_loop_as_a_loop_and_no_deeper_than_the_clamps():
     p = MtpPlannedPolicy(_copying_state(0.99), 4, DEFAULT_POOLS)
     seqs = _copying_seqs(1)
@@ -393,7 +417,7 @@ def test_measured_planner_copies_a_loop_as_a_loop_and_no_deeper_than_the_clamps(
     plan = p.plan(_runner(), seqs)
     assert plan.mode == "lookup" and plan.depths == (4,)
     assert p.draft(_runner(), seqs, plan)[0].tokens == [6, 5, 6, 5]
-    assert p.plan(_runner(), _copying_seqs(12)).depths == (1,) * 12  # the wide tier's pool: one draft
+    assert p.plan(_runner(), _copying_seqs(12)).depths == (2,) * 12  # the copy pool at widths 9..=16: two
     short = _copying_seqs(1)
     short[0].request = Request("0", (5, 6, 7, 8, 9, 5, 6), 3)  # two tokens left after the pending one
     assert p.plan(_runner(), short).depths == (2,)

@@ -2,7 +2,8 @@
 
 import pytest
 
-from met.speculative.spec_cost import AcceptanceCalibration, Cell, CostTable, DrafterKey, TableKey, TableParseError
+from met.speculative.spec_cost import (AcceptanceCalibration, Cell, CostTable, DrafterKey, TableKey, TableParseError,
+                                       VerifyCell)
 from met.speculative.spec_cost.lookup import (FIT_DEPTH, LOOKUP_MAX_NGRAM, LookupBin, copy_accepted_by_depth,
                                               fit_lookup, judged_copies)
 from met.speculative.spec_cost.plan import estimate_copies, plan_depth
@@ -129,3 +130,20 @@ def test_a_mixed_step_copies_where_a_copy_expects_more_and_drafts_for_the_rest()
     assert far.source == "mixed" and far.copying == (True, False) and far.wall_s > plan.wall_s
     # at width 1 there is nothing to mix
     assert plan_depth(table, cal, 1, None, 0.0, copies=[sure]).source == "lookup"
+
+
+def test_a_copy_goes_past_the_drafters_depth_where_the_table_prices_the_verify():
+    # the docstring's width-1 table, with verify-only cells to depth 6 (0.4 ms a position past 4.2)
+    base = _table([2.5, 3.4, 3.8, 4.2], [0.0, 1.1, 1.7, 2.4])
+    table = CostTable(base.key, base.cells, {}, [VerifyCell(1, k, (4.2 + 0.4 * (k - 3)) / 1000) for k in (4, 5, 6)])
+    cal = AcceptanceCalibration(DRAFTER, 0.57, 1000, position_priors=[])
+    long_match = [0.0, 0.95, 1.85, 2.7, 3.5, 4.25, 4.95]  # a copy that holds ~0.95 a position, 6 deep
+    # the drafter's depth alone: copy 3 deep; priced past it, the copy goes to 6 (5.95 tokens / 5.4 ms)
+    assert plan_depth(table, cal, 1, None, 0.0, copies=[long_match]).k == 3
+    deep = plan_depth(table, cal, 1, None, 0.0, copies=[long_match], copy_kmax=6)
+    assert (deep.source, deep.k) == ("lookup", 6) and deep.tokens_per_s == pytest.approx(5.95 / 0.0054)
+    # never deeper than the verify cells price, whatever copy_kmax asks
+    assert [e.k for e in estimate_copies(table, 1, [long_match + [5.6] * 4], 9)] == [1, 2, 3, 4, 5, 6]
+    # a short match's copy stops where a further position no longer pays for its verify
+    short = [0.0, 0.5, 0.75, 0.875, 0.94, 0.97, 0.98]
+    assert plan_depth(table, cal, 1, None, 0.0, copies=[short], copy_kmax=6).k < 6

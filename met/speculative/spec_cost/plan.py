@@ -34,7 +34,9 @@ accepted drafts. The plan then weighs both: drafting at depths 1..kmax and copyi
 1..kmax, the plain step (k = 0) once; its choice's `source` says which ("mtp" or "lookup").
 Worked example, width 1: plain 2.5 ms; drafting 3 costs verify 4.2 + draft 2.4 ms for 2.7
 expected tokens, 413 tok/s; a copy whose bin expects 1.9 accepted drafts at depth 3 costs 4.2 ms
-for 2.9 tokens, 690 tok/s: the step copies. A copy's step leaves the drafter's block behind by the
+for 2.9 tokens, 690 tok/s: the step copies. A copy has no drafter depth to stop at: it may go as
+deep as the table's verify-only cells price (CostTable.verify_cell; copy_kmax), where a long
+match's copy holds: at depth 12 a verify of 6 ms for 8 expected accepted drafts, 1500 tok/s. A copy's step leaves the drafter's block behind by the
 tokens it emitted, which the next drafting step catches up as it does after any step. At widths
 above 1 it also weighs a mixed step (estimate_mixed): the sequences whose copy expects at least
 what their drafts do copy, the others draft, at the verify of the whole width plus the draft of
@@ -200,18 +202,19 @@ def estimate_copies(table: CostTable, width: int, copies: Sequence[Sequence[floa
     """The expected tokens, wall, energy and their rates of copying 1..=kmax deep at this width.
 
     copies[i]: sequence i's copy's expected accepted drafts at depths 0, 1, ... (at least kmax + 1
-    values; None: it has no copy, and decodes one token in the step). A copy costs the cell's
-    verify alone: no drafter pass.
+    values; None: it has no copy, and decodes one token in the step). A copy costs the verify
+    alone, no drafter pass: the cell's verify_s, and past the table's kmax its verify cells' (as
+    deep as the table's verify_depth at this width; kmax None: that deep).
     """
     if len(copies) != width:
         raise ValueError(f"{len(copies)} copies for a step of width {width}")
-    deepest = table.kmax if kmax is None else min(kmax, table.kmax)
+    deepest = table.verify_depth(width) if kmax is None else min(kmax, table.verify_depth(width))
     for i, c in enumerate(copies):
         if c is not None and len(c) <= deepest:
             raise ValueError(f"copies[{i}] holds {len(c)} depths; the plan needs 0..={deepest}")
     estimates = []
     for k in range(1, deepest + 1):
-        cell = table.cell(width, k)
+        cell = table.verify_cell(width, k)
         tokens = width + sum(c[k] for c in copies if c is not None)
         estimates.append(DepthEstimate(k, tokens, cell.verify_s, cell.verify_j, tokens / cell.verify_s,
                                        None if cell.verify_j is None else tokens / cell.verify_j, "lookup",
@@ -265,18 +268,21 @@ def plan_depth(table: CostTable, calibration: AcceptanceCalibration, width: int,
                kmax: int | None = None, drafted: int = 0,
                previous: Sequence[float | None] | None = None,
                behind: Sequence[int] | None = None, remaining: Sequence[int] | None = None,
-               copies: Sequence[Sequence[float] | None] | None = None) -> PlanDecision:
+               copies: Sequence[Sequence[float] | None] | None = None, copy_kmax: int | None = None) -> PlanDecision:
     """The draft depth for a step of `width` sequences (kmax caps the table's deepest depth).
 
     drafted > 0: planning again after that many drafts were made (see the module's docstring).
     previous: each sequence's previous first-draft log-prob, for drafts without confidences.
     behind, remaining: each sequence's MTP rows behind and tokens left, to price catch-ups.
-    copies: a first plan's copies from the histories (estimate_copies), weighed against drafting.
+    copies: a first plan's copies from the histories (estimate_copies), weighed against drafting,
+    copied up to copy_kmax deep (None: kmax, or the table's kmax), past kmax as far as the table's verify cells go; a
+    mixed step drafts, so it stays within kmax.
     """
     estimates, drafting = _estimate_depths(table, calibration, width, confidences, kmax, drafted, previous, behind,
                                            remaining)
     if copies is not None and drafted == 0 and any(c is not None for c in copies):
-        estimates += estimate_copies(table, width, copies, kmax)
+        deepest = copy_kmax if copy_kmax is not None else table.kmax if kmax is None else kmax
+        estimates += estimate_copies(table, width, copies, deepest)
         if width > 1:
             estimates += estimate_mixed(table, width, copies, drafting, kmax, behind, remaining)
     return choose(estimates, slack)

@@ -38,10 +38,10 @@ class SpecCostState:
     def plan(self, width: int, confidences: Sequence[Sequence[float | None]] | None = None,
              kmax: int | None = None, drafted: int = 0, previous: Sequence[float | None] | None = None,
              behind: Sequence[int] | None = None, remaining: Sequence[int] | None = None,
-             copies: Sequence[Sequence[float] | None] | None = None) -> PlanDecision:
+             copies: Sequence[Sequence[float] | None] | None = None, copy_kmax: int | None = None) -> PlanDecision:
         """The draft depth for a step of `width` sequences at this state's slack (the rest: plan_depth's)."""
         return plan_depth(self.table, self.calibration, width, confidences, self.slack, kmax, drafted, previous,
-                          behind, remaining, copies)
+                          behind, remaining, copies, copy_kmax)
 
     def probe_pays(self, width: int, kmax: int, behind: Sequence[int], remaining: Sequence[int]) -> list[bool]:
         """Per sequence: whether drafting's expected saving over its tokens left repays its catch-up (plan.probe_pays).
