@@ -1,10 +1,10 @@
-"""CostTable and Cell: parse/to_toml round trip, refusal of malformed tables, interpolation in width."""
+"""CostTable, Cell and VerifyCell: parse/to_toml round trip, refusal of malformed tables, interpolation in width."""
 
 import math
 
 import pytest
 import tomli_w
-from hypothesis import assume, given
+from hypothesis import assume, find, given
 from hypothesis import strategies as st
 
 from met.speculative.spec_cost import (
@@ -34,7 +34,7 @@ meta_values = st.text(max_size=20) | st.integers(-(2**63), 2**63 - 1) | st.boole
 
 @st.composite
 def tables(draw, energy_source=None) -> CostTable:
-    """Any valid table: 1-4 widths, depths 0..=kmax, random costs, spreads and meta."""
+    """Any valid table: 1-4 widths, depths 0..=kmax, verify cells past kmax at some, random costs, spreads and meta."""
     source = energy_source or draw(st.sampled_from(["nvml", "rapl", "none"]))
     digests = draw(st.dictionaries(st.sampled_from(["decode", "verify", "draft_mtp", "draft_dflash"]),
                                    st.text("0123456789abcdef", min_size=1, max_size=16), min_size=1))
@@ -54,7 +54,12 @@ def tables(draw, energy_source=None) -> CostTable:
     order = draw(st.permutations(cells))
     meta = draw(st.dictionaries(st.text("abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=10).filter(lambda k: k != "when"),
                                 meta_values, max_size=4))  # `when` has its own rule (test_meta_when_...)
-    return CostTable(key, order, meta)
+    verify_cells = []
+    for n in widths:  # each width's run kmax + 1..=its deepest; deepest = kmax: none at this width
+        for k in range(kmax + 1, draw(st.integers(kmax, kmax + 3)) + 1):
+            joules = (None, None) if source == "none" else (draw(costs), draw(spreads))
+            verify_cells.append(VerifyCell(n, k, draw(costs), joules[0], draw(spreads), joules[1]))
+    return CostTable(key, order, meta, draw(st.permutations(verify_cells)))
 
 
 @given(tables())
@@ -126,8 +131,11 @@ junk = (st.text(max_size=8) | st.booleans() | st.sampled_from([math.nan, math.in
 
 
 def doc_of(table: CostTable) -> dict:
-    return {"schema": 1, "key": table.key.to_dict(), "meta": dict(table.meta),
-            "cells": [c.to_dict() for c in table.cells]}
+    doc = {"schema": 1, "key": table.key.to_dict(), "meta": dict(table.meta),
+           "cells": [c.to_dict() for c in table.cells]}
+    if table.verify_cells:
+        doc["verify_cells"] = [c.to_dict() for c in table.verify_cells]
+    return doc
 
 
 @st.composite
@@ -139,7 +147,8 @@ def malformed(draw) -> tuple[str, str]:
     i = draw(st.integers(0, len(cells) - 1))
     kind = draw(st.sampled_from(["drop_top", "drop_key", "drop_cell_field", "bad_cost", "bad_int", "bad_key_field",
                                  "missing_depth", "duplicate", "schema", "joules_under_none", "no_joules",
-                                 "typo", "not_a_table"]))
+                                 "typo", "not_a_table", "verify_shallow", "verify_stray_width", "verify_gap",
+                                 "verify_no_joules", "verify_draft"]))
     if kind == "drop_top":
         del doc[draw(st.sampled_from(["schema", "key", "cells"]))]
     elif kind == "drop_key":
@@ -174,8 +183,22 @@ def malformed(draw) -> tuple[str, str]:
         name = draw(st.text("abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=10))
         assume(name not in Cell.__dataclass_fields__)
         cells[i][name] = cells[i].pop("verify_s")
-    else:
+    elif kind == "not_a_table":
         doc["key"] = draw(junk.filter(lambda v: not isinstance(v, dict)))
+    else:  # one verify cell that breaks a rule, in place of any the table had
+        n, k = draw(st.sampled_from(table.widths)), table.kmax + 1
+        if kind == "verify_shallow":
+            k = draw(st.integers(0, table.kmax))  # a depth the cells price (0 is no depth at all)
+        elif kind == "verify_stray_width":
+            n = max(table.widths) + 1
+        elif kind == "verify_gap":
+            k += 1
+        entry = {"n": n, "k": k, "verify_s": 0.01, "verify_j": 1.0}
+        if kind == "verify_no_joules":
+            del entry["verify_j"]
+        elif kind == "verify_draft":
+            entry["draft_s"] = 0.001  # a verify cell prices no draft
+        doc["verify_cells"] = [entry]
     return kind, tomli_w.dumps(doc)
 
 
@@ -195,7 +218,8 @@ toml_values = st.recursive(
 )
 
 
-@given(st.dictionaries(st.sampled_from(["schema", "key", "cells", "meta", "x"]), toml_values, max_size=4))
+@given(st.dictionaries(st.sampled_from(["schema", "key", "cells", "meta", "verify_cells", "x"]), toml_values,
+                      max_size=4))
 def test_any_toml_document_is_either_a_table_or_a_parse_error(doc):
     # Arbitrary nested junk under the table's own field names: never any other exception.
     doc = _drop_none(doc)
@@ -385,3 +409,194 @@ def test_verify_depth_refuses_what_is_no_width(bad):
     table.verify_depth(1)  # cached: True hashes as 1 and must not find it
     with pytest.raises(ValueError, match="is not a whole number in 1"):
         table.verify_depth(bad)
+
+
+def test_the_table_strategy_generates_verify_cells():
+    # The round trip and interpolation properties above see verify cells, at widths of differing depth.
+    deep = find(tables(), lambda t: len({t.verify_depth(n) for n in t.widths}) > 1 and len(t.verify_cells) >= 2)
+    assert deep.verify_cells
+
+
+def test_verify_cells_round_trip_in_the_documented_layout():
+    # One [[verify_cells]] block per verify cell, after the [[cells]], sorted by (n, k), whatever the order given.
+    table = CostTable(KEY, make_table().cells, {}, list(reversed(verify_cells_for({1: 4, 4: 3}))))
+    text = table.to_toml()
+    assert text.count("[[verify_cells]]") == 3 and text.index("[[cells]]") < text.index("[[verify_cells]]")
+    assert [(c.n, c.k) for c in table.verify_cells] == [(1, 3), (1, 4), (4, 3)]
+    again = CostTable.parse(text)
+    assert again == table and again.verify_cells == table.verify_cells and again.to_toml() == text
+    assert "verify_cells" not in make_table().to_toml()  # none: no empty array written
+    spread = CostTable(NO_METER, make_table(key=NO_METER).cells, {}, [VerifyCell(4, 3, 0.05, verify_s_spread=0.0)])
+    assert CostTable.parse(spread.to_toml()).verify_cells == (VerifyCell(4, 3, 0.05, verify_s_spread=0.0),)
+
+
+def _verify_doc(key=KEY) -> dict:
+    """deep_table({1: 4, 4: 3}) as a document: verify_cells[0..=2] are (1, 3), (1, 4), (4, 3); kmax is 2."""
+    return doc_of(deep_table({1: 4, 4: 3}, key=key))
+
+
+def _set(i, field, value):
+    def mutate(doc):
+        doc["verify_cells"][i][field] = value
+    return mutate
+
+
+def _drop(i, field=None):
+    def mutate(doc):
+        if field is None:
+            del doc["verify_cells"][i]
+        else:
+            del doc["verify_cells"][i][field]
+    return mutate
+
+
+def _rename(i, old, new):
+    def mutate(doc):
+        doc["verify_cells"][i][new] = doc["verify_cells"][i].pop(old)
+    return mutate
+
+
+def _whole_array(value):
+    def mutate(doc):
+        doc["verify_cells"] = value
+    return mutate
+
+
+def _append_copy(i):
+    def mutate(doc):
+        doc["verify_cells"].append(dict(doc["verify_cells"][i]))
+    return mutate
+
+
+@pytest.mark.parametrize(("key", "mutate", "message"), [
+    (KEY, _set(2, "k", 2), "verify_cells[2].k: 2 is not deeper than the cells' kmax 2"),  # the cells price k = 2
+    (KEY, _set(0, "k", 0), "verify_cells[0].k: 0 is out of range (expected 1..=64)"),
+    (KEY, _set(0, "k", MAX_DEPTH + 1), "verify_cells[0].k: 65 is out of range"),
+    (KEY, _set(2, "n", 2), "verify_cells[2].n: 2 is not a width of the cells (1, 4)"),  # nothing to price it beside
+    (KEY, _append_copy(1), "verify_cells[3]: duplicates the verify cell n=1 k=4 at verify_cells[1]"),
+    (KEY, _drop(0), "verify_cells: width n=1 has no verify cell at k=3"),  # k = 4 without k = 3: a gap
+    (KEY, _drop(1, "verify_j"), 'verify_cells[1].verify_j: must be given under key.energy_source "nvml"'),
+    (NO_METER, _set(0, "verify_j", 4.0), 'verify_cells[0].verify_j: 4.0 must be absent under key.energy_source "none"'),
+    (NO_METER, _set(0, "verify_j_spread", 0.1),
+     "verify_cells[0].verify_j_spread: 0.1 is given for a cell without joules"),
+    (KEY, _set(0, "draft_s", 0.001), "verify_cells[0].draft_s: unknown field"),  # a verify cell prices no draft
+    (KEY, _set(0, "catchup_s", 1e-5), "verify_cells[0].catchup_s: unknown field"),
+    (KEY, _rename(0, "verify_s", "verfy_s"), "verify_cells[0].verfy_s: unknown field (did you mean verify_s?)"),
+    (KEY, _drop(0, "verify_s"), "verify_cells[0].verify_s: is missing"),
+    (KEY, _drop(2, "n"), "verify_cells[2].n: is missing"),
+    (KEY, _set(0, "verify_s", 0), "verify_cells[0].verify_s: 0 is not a finite positive cost"),
+    (KEY, _set(0, "verify_s", -0.5), "verify_cells[0].verify_s: -0.5 is not a finite positive cost"),
+    (KEY, _set(0, "verify_s", math.nan), "verify_cells[0].verify_s: nan is not a finite positive cost"),
+    (KEY, _set(0, "verify_s", "0.1"), "verify_cells[0].verify_s: '0.1' is not a number"),
+    (KEY, _set(1, "verify_j", math.inf), "verify_cells[1].verify_j: inf is not a finite positive cost"),
+    (KEY, _set(1, "verify_j", 0.0), "verify_cells[1].verify_j: 0.0 is not a finite positive cost"),
+    (KEY, _set(0, "verify_s_spread", -0.1), "verify_cells[0].verify_s_spread: -0.1 is not a spread"),
+    (KEY, _set(0, "verify_j_spread", math.inf), "verify_cells[0].verify_j_spread: inf is not a finite number"),
+    (KEY, _set(0, "n", 1.0), "verify_cells[0].n: 1.0 is not a whole number"),
+    (KEY, _set(0, "k", True), "verify_cells[0].k: true is not a whole number"),
+    (KEY, _whole_array(3), r"verify_cells: 3 is not an array of tables ([[verify_cells]])"),
+    (KEY, _whole_array([1]), "verify_cells[0]: 1 is not a table"),
+])
+def test_verify_cells_breaking_a_rule_are_refused_naming_the_field(key, mutate, message):
+    doc = _verify_doc(key)
+    CostTable.parse(tomli_w.dumps(doc))  # valid before the mutation
+    mutate(doc)
+    with pytest.raises(TableParseError) as caught:
+        CostTable.parse(tomli_w.dumps(doc))
+    assert str(caught.value).startswith(message), str(caught.value)
+
+
+def test_a_width_may_have_no_verify_cells_and_an_empty_array_is_none():
+    assert deep_table({4: 3}).verify_depth(1) == 2  # width 1 has none: its verify goes as deep as its cells
+    doc = doc_of(make_table())
+    doc["verify_cells"] = []
+    assert CostTable.parse(tomli_w.dumps(doc)) == make_table()
+
+
+@pytest.mark.parametrize(("cell", "message"), [
+    (dict(n=1, k=0, verify_s=0.01), "k: 0 is out of range"),  # deeper than some kmax >= 0, so k >= 1
+    (dict(n=0, k=3, verify_s=0.01), "n: 0 is out of range"),
+    (dict(n=1, k=3, verify_s=0.0), "verify_s: 0.0 is not a finite positive cost"),
+    (dict(n=1, k=3, verify_s=0.01, verify_j=-1.0), "verify_j: -1.0 is not a finite positive cost"),
+    (dict(n=1, k=3, verify_s=0.01, verify_s_spread=math.nan), "verify_s_spread: nan is not a finite number"),
+    (dict(n=1, k=3, verify_s=0.01, verify_j_spread=0.1), "verify_j_spread: 0.1 is given for a cell without joules"),
+])
+def test_verify_cell_validates_itself(cell, message):
+    with pytest.raises(TableParseError, match="^" + message):
+        VerifyCell(**cell)
+
+
+def test_a_table_refuses_what_is_not_a_verify_cell():
+    cells = make_table().cells
+    with pytest.raises(TableParseError, match=r"^verify_cells\[0\]: .* is not a VerifyCell"):
+        CostTable(KEY, cells, {}, [cells[2]])  # a Cell at k = 2 is not a verify cell
+
+
+def test_verify_depth_at_measured_between_and_outside_widths():
+    # Widths 1, 4, 16 with verify cells to k = 5, 3 and none (kmax 2).
+    table = CostTable(KEY, make_table((1, 4, 16)).cells, {}, verify_cells_for({1: 5, 4: 3}))
+    assert [table.verify_depth(n) for n in (1, 4, 16)] == [5, 3, 2]  # measured: its own
+    assert [table.verify_depth(n) for n in (2, 3)] == [3, 3]  # between 1 and 4: the lesser, 4's
+    assert [table.verify_depth(n) for n in (5, 15)] == [2, 2]  # between 4 and 16: 16's kmax
+    assert table.verify_depth(MAX_WIDTH) == 2  # above: the largest width's
+    rising = CostTable(KEY, make_table((2, 8)).cells, {}, verify_cells_for({2: 3, 8: 6}))
+    assert (rising.verify_depth(1), rising.verify_depth(5), rising.verify_depth(100)) == (3, 3, 6)
+    assert make_table().verify_depth(3) == make_table().kmax  # no verify cells: kmax everywhere
+
+
+def test_verify_cell_interpolates_linearly_in_width():
+    # Widths 1 and 5, kmax 1; verify cells at k = 2: 1.0 and 3.0 s, 2.0 and 6.0 J (spreads at both).
+    # At n = 2 (a quarter of the way): 1.5 s and 3.0 J, no spreads; at n = 3 the midpoint.
+    cells = [Cell(n, k, 1.0, 0.5 * k, 2.0, 1.0 * k) for n in (1, 5) for k in (0, 1)]
+    table = CostTable(KEY, cells, {}, [VerifyCell(1, 2, 1.0, 2.0, 0.1, 0.2), VerifyCell(1, 3, 1.1, 2.1),
+                                       VerifyCell(5, 2, 3.0, 6.0, 0.3, 0.4)])
+    assert table.verify_cell(2, 2) == VerifyCell(2, 2, 1.5, 3.0)
+    assert table.verify_cell(3, 2) == VerifyCell(3, 2, 2.0, 4.0)
+    assert table.verify_cell(2, 2) is table.verify_cell(2, 2)  # made once, as cell()'s are
+    assert table.verify_cell(5, 2) is table.verify_cells[-1]  # measured: the cell itself, spreads and all
+    assert table.verify_cell(9, 2) == VerifyCell(9, 2, 3.0, 6.0, 0.3, 0.4)  # above: the largest width's
+    assert table.verify_cell(2, 1) == table.cell(2, 1) and isinstance(table.verify_cell(2, 1), Cell)  # to kmax: a Cell
+    assert table.verify_cell(1, 3).verify_s == 1.1  # width 1 is priced to k = 3 ...
+    for n, k in ((2, 3), (5, 3), (9, 3), (1, 4)):  # ... but not between it and width 5, nor at or past 5
+        with pytest.raises(ValueError, match=f"depth {k} is outside the table's 0..={table.verify_depth(n)}"):
+            table.verify_cell(n, k)
+    for n, k in ((0, 2), (True, 2), (2.0, 2), (2, -1), (2, True)):
+        with pytest.raises(ValueError):
+            table.verify_cell(n, k)
+
+
+@given(tables(), st.integers(1, 600), st.data())
+def test_interpolated_verify_costs_lie_between_their_neighbours(table, n, data):
+    k = data.draw(st.integers(0, table.verify_depth(n)))
+    widths = table.widths
+    below = max((w for w in widths if w <= n), default=widths[0])
+    above = min((w for w in widths if w >= n), default=widths[-1])
+    got, lo, hi = table.verify_cell(n, k), table.verify_cell(below, k), table.verify_cell(above, k)
+    assert got.n == n and isinstance(got, Cell) == (k <= table.kmax)
+    for attr in ("verify_s", "verify_j"):
+        if getattr(got, attr) is not None:
+            a, b = sorted((getattr(lo, attr), getattr(hi, attr)))
+            assert a * (1 - 1e-12) <= getattr(got, attr) <= b * (1 + 1e-12)
+
+
+def test_cell_still_refuses_a_depth_past_kmax():
+    # cell() is the drafter's cost: no draft is priced past kmax, even where a verify cell is measured
+    # there or an interpolated one was made before.
+    table = deep_table({1: 4, 4: 3})
+    table.verify_cell(2, 3)
+    for n in (1, 2, 4, 8):
+        with pytest.raises(ValueError, match=r"depth 3 is outside the table's 0\.\.=2"):
+            table.cell(n, 3)
+
+
+def test_step_joules_at_a_verify_only_depth():
+    # verify_j = 1 + n + k: (1, 4) is 6 J, (4, 3) is 8 J; at n = 2, k = 3, a third of the way from 5 to 8 J.
+    table = deep_table({1: 4, 4: 3})
+    assert table.step_joules(1, 4, drafted=False) == 6.0
+    assert table.step_joules(4, 3, draft_width=0) == 8.0  # drafted for none of its sequences: copies only
+    assert table.step_joules(2, 3, drafted=False) == pytest.approx(6.0)
+    with pytest.raises(ValueError, match=r"depth 3 is outside the table's 0\.\.=2"):
+        table.step_joules(1, 3)  # the drafter drafts to kmax only
+    with pytest.raises(ValueError, match=r"depth 4 is outside the table's 0\.\.=3"):
+        table.step_joules(4, 4, drafted=False)  # past width 4's verify cells
+    assert deep_table({1: 4}, key=NO_METER).step_joules(1, 4, drafted=False) is None
