@@ -20,6 +20,10 @@ its own: a run's first step drafts after the prompt, so its draft beyond the run
 (a typical draft: the median, so one slow draft does not hide it), over the prompt's rows,
 is the cell's catchup_s (the median over repeats), which the planner prices for sequences whose
 MTP block is far behind.
+A verify-only cell (n, k), past the drafter's depth, is such a decode verifying k copies per
+sequence every step and drafting nothing (policy_lookup.CopyFixedPolicy: each sequence's history's
+matched copy, cycled, else its last tokens), its steps counted and timed as the others' (the host
+copy where the draft is); its verify_s is what the planner prices a copy that deep at.
 Runs go as the window sweep's windows do (each repeat, the widths shuffled and a width's cells
 back to back, shuffled), and figures are paired the same way (sweep.paired_seconds).
 
@@ -36,13 +40,14 @@ from met.bench import policies
 from met.bench.policies import StepRecord
 from met.bench.sweep import (SweepParams, SweepResult, Task, iqr, paired_seconds, round_figure, tasks,
                              visit_order)
-from met.engine.policy_base import PlainPolicy
+from met.engine.policy_base import PlainPolicy, Policy
+from met.engine.policy_lookup import CopyFixedPolicy
 from met.engine.policy_mtp import MtpFixedPolicy
 from met.engine.runner import ModelRunner
 from met.model.tokenizer import BYTES, Tokenizer
 from met.model.transformer import Transformer
 from met.speculative.spec_capacity import VerifyPools
-from met.speculative.spec_cost import Cell
+from met.speculative.spec_cost import Cell, VerifyCell
 
 LOOP_TOKENS = 48  # tokens each request decodes in one run
 SKIP_STEPS = 2  # a run's first steps carry the prompt's MTP catch-up: not counted
@@ -83,15 +88,24 @@ class CellRun(NamedTuple):
 
 
 def run_cell(runner: ModelRunner, model_id: str, prompts: Sequence[Sequence[int]], depth: int,
-             tokens: int = LOOP_TOKENS, tokenizer: Tokenizer = BYTES) -> CellRun:
-    """One decode of len(prompts) requests (the runner's width) at a fixed depth: its counted steps and catch-up."""
+             tokens: int = LOOP_TOKENS, tokenizer: Tokenizer = BYTES, copies: bool = False) -> CellRun:
+    """One decode of len(prompts) requests (the runner's width) at a fixed depth: its counted steps and catch-up.
+
+    copies: verify `depth` copies every step, no drafter pass (a verify-only cell; no catch-up).
+    """
     width = runner.cache.max_batch
     if len(prompts) != width:
         raise ValueError(f"{len(prompts)} prompts for a runner of width {width}")
     pools = VerifyPools(((width, depth),))  # no pool clamp: every sequence drafts `depth`
-    policy = PlainPolicy() if depth == 0 else MtpFixedPolicy(depth, runner.model.cfg.mtp_depth, pools)
+    policy: Policy = PlainPolicy()
+    if depth and copies:
+        policy = CopyFixedPolicy(depth, pools)
+    elif depth:
+        policy = MtpFixedPolicy(depth, runner.model.cfg.mtp_depth, pools)
     _, _, recorder, _ = policies.run_once(runner, policy, model_id, prompts, tokens, tokenizer)
     counted = counted_steps(recorder.steps, width, depth)
+    if copies:
+        return CellRun(counted, None)
     rows = statistics.mean(len(p) for p in prompts)  # a prompt's catch-up: its tokens after the first, then one
     return CellRun(counted, catch_up_per_row(recorder.steps, counted, width, depth, rows))
 
@@ -107,27 +121,29 @@ def measure_in_loop(model: Transformer, model_id: str, prompts: Sequence[Sequenc
     if len(prompts) < max(params.widths):
         raise ValueError(f"{len(prompts)} prompts for widths up to {max(params.widths)}")
     longest = max(len(p) for p in prompts[: max(params.widths)])
-    max_len = longest + LOOP_TOKENS + params.max_depth + 1
+    deepest = params.deepest_verify
+    max_len = longest + LOOP_TOKENS + deepest + 1
     if max_len > model.cfg.max_seq_len:
-        raise ValueError(f"prompts of {longest} tokens + {LOOP_TOKENS} decoded + depth {params.max_depth} + 1 "
-                         f"exceed the model's max_seq_len {model.cfg.max_seq_len}; lower --context-len")
+        raise ValueError(f"prompts of {longest} tokens + {LOOP_TOKENS} decoded + depth {deepest} + 1 "
+                         f"exceed the model's max_seq_len {model.cfg.max_seq_len}; lower --context-len "
+                         "(or --verify-depth)")
     runners = {n: ModelRunner(model, n, max_len) for n in params.widths}
-    depths = range(params.max_depth + 1)
-    total = len(runners) * len(depths) * (params.repeats + 1)
+    cells = [t for t in tasks(params) if t.step == "verify"]  # a cell's decode times its verify and its draft
+    total = len(cells) * (params.repeats + 1)
     done = 0
-    for n, runner in runners.items():  # warm-up: one run per cell, not kept
-        for k in depths:
-            run_cell(runner, model_id, prompts[:n], k, tokenizer=tokenizer)
-            done += 1
-            on_run(done, total, f"warm-up n={n} k={k}")
+    for task in cells:  # warm-up: one run per cell, not kept
+        _run(runners[task.n], model_id, prompts, task, params, tokenizer)
+        done += 1
+        on_run(done, total, f"warm-up {_label(task, params)}")
     windows: dict[Task, list[float]] = {t: [] for t in tasks(params)}
     catchups: dict[tuple[int, int], list[float]] = {}
     counted: dict[tuple[int, int], int] = {}
-    groups = {n: [(n, k) for k in depths] for n in runners}
+    groups = {n: [t for t in cells if t.n == n] for n in runners}
     order = random.Random(params.seed)
     for repeat in range(params.repeats):
-        for n, k in visit_order(groups, order):
-            steps, catchup = run_cell(runners[n], model_id, prompts[:n], k, tokenizer=tokenizer)
+        for task in visit_order(groups, order):
+            n, k = task.n, task.k
+            steps, catchup = _run(runners[n], model_id, prompts, task, params, tokenizer)
             if catchup is not None:
                 catchups.setdefault((n, k), []).append(catchup)
             if not steps:
@@ -135,13 +151,16 @@ def measure_in_loop(model: Transformer, model_id: str, prompts: Sequence[Sequenc
                                    "(its requests ended at once)")
             counted[n, k] = counted.get((n, k), 0) + len(steps)
             draft, verify = run_figures(steps)
-            windows[Task(n, k, "verify")].append(verify)
-            if k:
+            windows[task].append(verify)
+            if 0 < k <= params.max_depth:
                 windows[Task(n, k, "draft")].append(draft)
             done += 1
-            on_run(done, total, f"repeat {repeat + 1}/{params.repeats} n={n} k={k}")
+            on_run(done, total, f"repeat {repeat + 1}/{params.repeats} {_label(task, params)}")
     figures = paired_seconds(windows)
-    cells = tuple(_cell(n, k, windows, figures, catchups.get((n, k))) for n in params.widths for k in depths)
+    depths = range(params.max_depth + 1)
+    made = tuple(_cell(n, k, windows, figures, catchups.get((n, k))) for n in params.widths for k in depths)
+    verify_cells = tuple(_verify_cell(Task(n, k, "verify"), windows, figures)
+                         for n in params.widths for k in params.verify_only_depths(n))
     meta = {"method": f"in-loop: each cell a decode of {LOOP_TOKENS} tokens per request through the scheduler "
                       f"at that width and fixed depth, the mean of its full steps (the first {SKIP_STEPS} "
                       "and the last not counted); verify_s is the rest of the scheduler's tick after the draft; "
@@ -153,7 +172,23 @@ def measure_in_loop(model: Transformer, model_id: str, prompts: Sequence[Sequenc
             "figure": "median over repeats of each run's mean step over the geometric mean of its width's runs "
                       "that repeat, times the median of those means",
             "spread": "interquartile range of the runs' means over repeats, same unit"}
-    return SweepResult(cells, meta)
+    if verify_cells:
+        meta["verify_only_cells"] = (
+            f"depths {params.max_depth + 1}..=min({params.verify_depth}, COPY_POOLS) per width: a decode as a cell's, "
+            "verifying k copies per sequence every step (its history's matched copy, cycled, else its last tokens; "
+            "no drafter pass), counted and paired as the other cells; verify_s the rest of the tick after the copy")
+    return SweepResult(made, meta, verify_cells)
+
+
+def _run(runner: ModelRunner, model_id: str, prompts: Sequence[Sequence[int]], task: Task, params: SweepParams,
+         tokenizer: Tokenizer) -> CellRun:
+    """The decode of a cell (a verify-only one past max_depth: copies) on its width's runner."""
+    return run_cell(runner, model_id, prompts[: task.n], task.k, tokenizer=tokenizer, copies=task.k > params.max_depth)
+
+
+def _label(task: Task, params: SweepParams) -> str:
+    """A run's progress label: "n=2 k=1", a verify-only cell's "n=1 k=6 copies"."""
+    return f"n={task.n} k={task.k}" + (" copies" if task.k > params.max_depth else "")
 
 
 def _cell(n: int, k: int, windows: dict[Task, list[float]], figures: dict[Task, float],
@@ -162,3 +197,7 @@ def _cell(n: int, k: int, windows: dict[Task, list[float]], figures: dict[Task, 
     return Cell(n, k, round_figure(figures[verify]), round_figure(figures[draft]) if k else 0.0,
                 verify_s_spread=iqr(windows[verify]), draft_s_spread=iqr(windows[draft]) if k else 0.0,
                 catchup_s=round_figure(statistics.median(catchups)) if k and catchups else None)
+
+
+def _verify_cell(task: Task, windows: dict[Task, list[float]], figures: dict[Task, float]) -> VerifyCell:
+    return VerifyCell(task.n, task.k, round_figure(figures[task]), verify_s_spread=iqr(windows[task]))

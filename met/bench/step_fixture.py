@@ -33,7 +33,7 @@ class StepFixture:
     plain decode steps, so the MTP block has up to that many rows to catch up on before a draft (as
     after a step that emitted that many tokens); a draft step names how many of them it gets.
     drafter "dflash": the runner's DFlash block drafter makes the drafts instead (its step reads the
-    state and changes none of it).
+    state and changes none of it). `copies` gives drafts no drafter made, for the verify-only cells.
     """
 
     def __init__(self, runner: ModelRunner, prompts: list[list[int]], catchup_rows: int = 1,
@@ -45,6 +45,7 @@ class StepFixture:
         self.runner = runner
         self.drafter = drafter
         self.slots = list(range(len(prompts)))
+        self.prompts = [list(p) for p in prompts]
         for slot in self.slots:
             runner.release(slot)
         runner.prefill(self.slots, prompts, [GREEDY] * len(prompts))
@@ -85,6 +86,12 @@ class StepFixture:
             self.restore(len(self.slots))
             self._drafts[depth] = self._draft(self.slots, depth)
         return [Draft(list(d.tokens), list(d.confidences)) for d in self._drafts[depth][:width]]
+
+    def copies(self, width: int, depth: int) -> list[Draft]:
+        """Drafts no drafter made: each sequence's last `depth` prompt tokens (cycled where the prompt is shorter),
+        without confidences, as prompt lookup copies from a history (a verify costs the same whatever it scores)."""
+        tails = [p[-depth:] for p in self.prompts[:width]]
+        return [Draft([tail[j % len(tail)] for j in range(depth)], []) for tail in tails]
 
     def verify_step(self, width: int, drafts: list[Draft]) -> None:
         """One verify step of the first `width` sequences (a plain decode step when the drafts are empty)."""

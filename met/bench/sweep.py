@@ -1,5 +1,9 @@
 """The width x depth sweep: what one verify step and one MTP draft step cost at each (n, k) on this box.
 
+Past the drafter's depth (max_depth) it also times the verify alone of copies as deep as the
+measured planner copies (the verify-only cells, SweepParams.verify_only_depths): each sequence's
+last k prompt tokens, no drafter pass (a verify's cost does not depend on the tokens it scores).
+
 For every cell the same step is timed in windows of many identical steps (a StepFixture puts
 the state back after each). Windows are sized once per cell after a warm-up, then every cell
 gets one window per repeat. Each repeat visits the widths in a new shuffled order and, within a
@@ -30,7 +34,8 @@ from met.engine.runner import ModelRunner
 from met.model.config import ModelConfig
 from met.model.dflash import DflashDrafter
 from met.model.transformer import Transformer
-from met.speculative.spec_cost import MAX_DEPTH, Cell
+from met.speculative.spec_capacity import COPY_POOLS
+from met.speculative.spec_cost import MAX_DEPTH, Cell, VerifyCell
 
 MAX_STEPS_PER_WINDOW = 100_000  # a step faster than window_s / this is not a step worth timing
 T = TypeVar("T")
@@ -39,10 +44,11 @@ ENERGY_RETRIES = 2  # a window refused for its energy reading is measured again,
 
 @dataclass(frozen=True, slots=True)
 class SweepParams:
-    """What to measure and how long: widths, depths 0..=max_depth, context, repeats and window length."""
+    """What to measure and how long: widths, depths 0..=max_depth (verify-only deeper), context, repeats, windows."""
 
     widths: tuple[int, ...] = (1, 2, 4, 8, 16)
     max_depth: int = 4  # the MTP module is trained for 4 recursive drafts
+    verify_depth: int = 16  # verify-only cells up to this depth, as COPY_POOLS allows at each width
     context_len: int = 256  # tokens the first sequence holds when a step is timed; slot i holds i fewer (ragged)
     repeats: int = 5  # windows per cell; the cell's figure is their median
     window_s: float = 0.25  # shortest window (longer where the meter needs it, e.g. NVML's 1 s)
@@ -58,6 +64,8 @@ class SweepParams:
         object.__setattr__(self, "widths", tuple(sorted(widths)))
         if not 0 <= self.max_depth <= MAX_DEPTH:
             raise ValueError(f"max_depth {self.max_depth} is not in 0..={MAX_DEPTH}")
+        if not 0 <= self.verify_depth <= MAX_DEPTH:
+            raise ValueError(f"verify_depth {self.verify_depth} is not in 0..={MAX_DEPTH}")
         if self.context_len < 1:
             raise ValueError(f"context_len {self.context_len} must be at least 1 token")
         if self.repeats < 1:
@@ -72,10 +80,26 @@ class SweepParams:
         """Catch-up rows the fixture keeps: the deepest draft's, catchup_rows_for(max_depth)."""
         return catchup_rows_for(self.max_depth)
 
+    def verify_only_depths(self, n: int) -> range:
+        """Depths of width n's verify-only cells: max_depth + 1..=min(verify_depth, COPY_POOLS.max_drafts(n)).
+
+        None without a drafter (max_depth 0: the planner copies only where it drafts), nor where the
+        pool holds no more than max_depth. Example: max_depth 4, verify_depth 16: 5..=16 at width 1,
+        5..=8 at 2, 5..=6 at 4, none at 8.
+        """
+        if self.max_depth < 1:
+            return range(0)
+        return range(self.max_depth + 1, min(self.verify_depth, COPY_POOLS.max_drafts(n)) + 1)
+
+    @property
+    def deepest_verify(self) -> int:
+        """The deepest verify of the sweep: max_depth, or a verify-only cell's deeper."""
+        return max([self.max_depth, *(d[-1] for n in self.widths if (d := self.verify_only_depths(n)))])
+
     @property
     def cache_len(self) -> int:
         """Tokens a slot must hold: context, the catch-up steps, and the deepest verify."""
-        return self.context_len + self.catchup_rows + self.max_depth + 1
+        return self.context_len + self.catchup_rows + self.deepest_verify + 1
 
 
 def catchup_rows_for(depth: int) -> int:
@@ -89,13 +113,14 @@ def catchup_rows_for(depth: int) -> int:
     return depth + 1
 
 
-QUICK = SweepParams(widths=(1, 2), max_depth=2, context_len=64, repeats=3, window_s=0.03, warmup_s=0.02)
+QUICK = SweepParams(widths=(1, 2), max_depth=2, verify_depth=3, context_len=64, repeats=3, window_s=0.03,
+                    warmup_s=0.02)
 """A small sweep for tests and smoke runs: seconds, not minutes."""
 
 
 @dataclass(frozen=True, slots=True)
 class Task:
-    """One thing timed: the verify step or the draft step of cell (n, k)."""
+    """One thing timed: the verify step or the draft step of cell (n, k) (a verify-only cell: its verify)."""
 
     n: int
     k: int
@@ -117,32 +142,43 @@ class Series:
 
 @dataclass(frozen=True, slots=True)
 class SweepResult:
-    """The measured cells and what the table's [meta] should say about how they were measured."""
+    """The measured cells, the verify-only cells past them, and what the table's [meta] should say about how."""
 
     cells: tuple[Cell, ...]
     meta: dict[str, object]
+    verify_cells: tuple[VerifyCell, ...] = ()
 
 
 def tasks(params: SweepParams) -> list[Task]:
-    """Every timed step of the sweep: a verify at each (n, k), a draft at each (n, k >= 1)."""
+    """Every timed step of the sweep: a verify at each (n, k), a draft at each (n, k >= 1), a verify at each
+    verify-only depth."""
     found = []
     for n in params.widths:
         for k in range(params.max_depth + 1):
             found.append(Task(n, k, "verify"))
             if k:
                 found.append(Task(n, k, "draft"))
+        found += [Task(n, k, "verify") for k in params.verify_only_depths(n)]
     return found
+
+
+def progress_label(task: Task, params: SweepParams) -> str:
+    """The task's progress label; a verify-only cell's says so: "n=1 k=6 verify (copies)"."""
+    return f"{task.label} (copies)" if task.k > params.max_depth else task.label
 
 
 def check_fits(cfg: ModelConfig, params: SweepParams, block: int | None = None) -> None:
     """ValueError, with what to change, when the sweep does not fit the model (block: a DFlash drafter's)."""
     if params.cache_len > cfg.max_seq_len:
         raise ValueError(f"context_len {params.context_len} + {params.catchup_rows} catch-up rows + depth "
-                         f"{params.max_depth} + 1 = {params.cache_len} tokens exceed the model's max_seq_len "
-                         f"{cfg.max_seq_len}; lower --context-len or --max-depth")
+                         f"{params.deepest_verify} + 1 = {params.cache_len} tokens exceed the model's max_seq_len "
+                         f"{cfg.max_seq_len}; lower --context-len, --max-depth or --verify-depth")
     if block is not None:
         if params.max_depth > block:
             raise ValueError(f"--max-depth {params.max_depth} exceeds the DFlash drafter's block of {block}")
+        if any(params.verify_only_depths(n) for n in params.widths):
+            raise ValueError("a DFlash drafter's cells already run as deep as it drafts; verify-only cells price "
+                             "copies past the MTP drafter's depth: pass --verify-depth 0")
     elif params.max_depth and cfg.mtp_depth == 0:
         raise ValueError("the model has no MTP module to draft with; pass --max-depth 0")
 
@@ -168,22 +204,24 @@ def measure(model: Transformer, meter: Meter, params: SweepParams,
     series: dict[Task, Series] = {}
     done = 0
     for task in todo:  # warm up each cell and size its window
-        series[task] = Series(_steps_for(fixture, task, window_s, params.warmup_s))
+        series[task] = Series(_steps_for(fixture, task, params, window_s))
         done += 1
-        on_window(done, total, f"warm-up {task.label}")
+        on_window(done, total, f"warm-up {progress_label(task, params)}")
     groups = {n: [t for t in todo if t.n == n] for n in params.widths}
     order = random.Random(params.seed)
     for repeat in range(params.repeats):
         for task in visit_order(groups, order):
-            reading, steps = _window(fixture, task, meter, series[task].steps)
+            reading, steps = _window(_step(fixture, task, params), meter, series[task].steps)
             series[task].seconds.append(reading.seconds / steps)
             if reading.joules is not None:
                 series[task].joules.append(reading.joules / steps)
             done += 1
-            on_window(done, total, f"repeat {repeat + 1}/{params.repeats} {task.label}")
+            on_window(done, total, f"repeat {repeat + 1}/{params.repeats} {progress_label(task, params)}")
     seconds = paired_seconds({t: series[t].seconds for t in todo})
-    cells = tuple(_cell(n, k, series, seconds, meter.source != "none")
-                  for n in params.widths for k in range(params.max_depth + 1))
+    energy = meter.source != "none"
+    cells = tuple(_cell(n, k, series, seconds, energy) for n in params.widths for k in range(params.max_depth + 1))
+    verify_cells = tuple(_verify_cell(n, k, series, seconds, energy)
+                         for n in params.widths for k in params.verify_only_depths(n))
     steps = [series[t].steps for t in todo]
     meta = {"context_len": params.context_len, "repeats": params.repeats, "window_s": window_s,
             "warmup_s": params.warmup_s, "steps_per_window_min": min(steps), "steps_per_window_max": max(steps),
@@ -193,20 +231,24 @@ def measure(model: Transformer, meter: Meter, params: SweepParams,
             "figure": "seconds: median over repeats of window cost / steps over the geometric mean of its width's "
                       "windows that repeat, times the median of those means; joules: median over repeats",
             "spread": "interquartile range of the raw windows over repeats, same unit"}
-    return SweepResult(cells, meta)
+    if verify_cells:
+        meta["verify_only_cells"] = (
+            f"depths {params.max_depth + 1}..=min({params.verify_depth}, COPY_POOLS) per width: the verify of each "
+            "sequence's last k prompt tokens (copies, no drafter pass), windowed and paired as the other steps")
+    return SweepResult(cells, meta, verify_cells)
 
 
-def _step(fixture: StepFixture, task: Task) -> Callable[[], None]:
-    """The task's step as a no-argument call (drafts are made once, outside any window)."""
+def _step(fixture: StepFixture, task: Task, params: SweepParams) -> Callable[[], None]:
+    """The task's step as a no-argument call (drafts are made once, outside any window; copies past max_depth)."""
     if task.step == "draft":
         return lambda: fixture.draft_step(task.n, task.k, catchup_rows_for(task.k))
-    drafts = fixture.drafts(task.n, task.k)
+    drafts = fixture.drafts(task.n, task.k) if task.k <= params.max_depth else fixture.copies(task.n, task.k)
     return lambda: fixture.verify_step(task.n, drafts)
 
 
-def _steps_for(fixture: StepFixture, task: Task, window_s: float, warmup_s: float) -> int:
-    """Warm the cell up for warmup_s (at least two steps), then the steps that fill a window."""
-    step = _step(fixture, task)
+def _steps_for(fixture: StepFixture, task: Task, params: SweepParams, window_s: float) -> int:
+    """Warm the cell up for params.warmup_s (at least two steps), then the steps that fill a window."""
+    step, warmup_s = _step(fixture, task, params), params.warmup_s
     clock = WallMeter(device_sync(str(fixture.runner.device)))  # sizes windows; never gives a figure
     ran, start = 0, time.perf_counter()
     while ran < 2 or time.perf_counter() - start < warmup_s:
@@ -220,9 +262,8 @@ def _steps_for(fixture: StepFixture, task: Task, window_s: float, warmup_s: floa
     return max(3, min(MAX_STEPS_PER_WINDOW, math.ceil(window_s / per_step)))
 
 
-def _window(fixture: StepFixture, task: Task, meter: Meter, steps: int) -> tuple[Reading, int]:
+def _window(step: Callable[[], None], meter: Meter, steps: int) -> tuple[Reading, int]:
     """One measured window of `steps` identical steps (after one untimed step to settle caches)."""
-    step = _step(fixture, task)
     for attempt in range(ENERGY_RETRIES + 1):
         step()
         meter.start()
@@ -285,6 +326,14 @@ def _cell(n: int, k: int, series: dict[Task, Series], seconds: dict[Task, float]
                    "draft_j": _median(draft.joules) if draft else 0.0,
                    "draft_j_spread": iqr(draft.joules) if draft else 0.0}
     return Cell(n, k, **values)
+
+
+def _verify_cell(n: int, k: int, series: dict[Task, Series], seconds: dict[Task, float], energy: bool) -> VerifyCell:
+    """A verify-only cell's figures and spreads (its verify alone: no draft was made)."""
+    task = Task(n, k, "verify")
+    verify = series[task]
+    joules = {"verify_j": _median(verify.joules), "verify_j_spread": iqr(verify.joules)} if energy else {}
+    return VerifyCell(n, k, round_figure(seconds[task]), verify_s_spread=iqr(verify.seconds), **joules)
 
 
 def _median(values: list[float]) -> float:

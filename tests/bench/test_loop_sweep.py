@@ -11,7 +11,7 @@ from met.speculative.spec_cost import CostTable, TableKey
 
 from random_models import random_micro
 
-PARAMS = SweepParams(widths=(1, 2), max_depth=2, context_len=16, repeats=2)
+PARAMS = SweepParams(widths=(1, 2), max_depth=2, verify_depth=3, context_len=16, repeats=2)
 
 
 @pytest.fixture(scope="module")
@@ -30,10 +30,16 @@ def test_every_cell_is_timed_and_makes_a_valid_table(micro):
     assert all(c.verify_s > 0 and (c.draft_s > 0) == (c.k > 0) for c in result.cells)
     assert all((c.catchup_s is not None) == (c.k > 0) for c in result.cells)  # measured for drafting cells
     assert result.meta["steps_counted_min"] > 0 and result.meta["method"].startswith("in-loop")
+    # past max_depth 2: the verify of 3 copies alone at each width
+    assert [(c.n, c.k) for c in result.verify_cells] == [(1, 3), (2, 3)]
+    assert all(c.verify_s > 0 and c.verify_s_spread is not None for c in result.verify_cells)
+    assert "copies" in result.meta["verify_only_cells"]
     table = CostTable(TableKey("cpu-test-1t", "micro@t", "none", {"decode": "a", "verify": "b", "draft_mtp": "c"}),
-                      result.cells, result.meta)
+                      result.cells, result.meta, result.verify_cells)
     assert CostTable.parse(table.to_toml()) == table
-    assert labels[-1][:2] == (2 * 3 * 3, 2 * 3 * 3)  # 6 cells, a warm-up and 2 repeats each
+    assert labels[-1][:2] == (2 * 4 * 3, 2 * 4 * 3)  # 6 cells and 2 verify-only, a warm-up and 2 repeats each
+    copies = [label.rsplit(" ", 3)[1:] for _, _, label in labels if label.endswith(" copies")]
+    assert sorted(copies) == [["n=1", "k=3", "copies"]] * 3 + [["n=2", "k=3", "copies"]] * 3  # warm-up, 2 repeats
     for repeat in (1, 2):  # a width's depths back to back: the width changes once per repeat
         widths = [label.split(" ")[2] for _, _, label in labels if label.startswith(f"repeat {repeat}/")]
         assert sum(a != b for a, b in zip(widths, widths[1:])) == 1
@@ -43,6 +49,29 @@ def test_a_decode_at_depth_k_drafts_k_for_every_sequence(micro):
     run = run_cell(ModelRunner(micro, 2, 80), "micro@t", prompts(2), 2, tokens=24)
     assert run.steps and all(d > 0 and v > 0 for d, v in run.steps) and run.catchup_s is not None
     assert run_cell(ModelRunner(micro, 2, 80), "micro@t", prompts(2), 0, tokens=24).catchup_s is None
+
+
+def test_a_verify_only_decode_verifies_k_copies_every_step_and_never_drafts(micro, monkeypatch):
+    runner = ModelRunner(micro, 2, 80)
+
+    def no_drafter(*args, **kwargs):
+        raise AssertionError("a verify-only cell makes no draft")
+
+    verified = []
+    verify = runner.verify
+
+    def spy(slots, drafts):
+        verified.append([(len(d.tokens), d.confidences) for d in drafts])
+        return verify(slots, drafts)
+
+    monkeypatch.setattr(runner, "draft_mtp", no_drafter)
+    monkeypatch.setattr(runner, "verify", spy)
+    run = run_cell(runner, "micro@t", prompts(2), 5, tokens=24, copies=True)
+    assert run.steps and all(v > 0 for _, v in run.steps) and run.catchup_s is None
+    # every step verifies 5 copies per sequence, none with confidences, until the last tokens' clamp
+    full = sum(step == [(5, [])] * 2 for step in verified)
+    assert verified[0] == [(5, []), (5, [])] and full >= len(run.steps) + SKIP_STEPS
+    assert all(k <= 5 and c == [] for step in verified for k, c in step)
 
 
 def test_a_runs_figures_are_the_means_of_its_counted_steps_slow_steps_included():

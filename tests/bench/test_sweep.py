@@ -13,7 +13,8 @@ from met.bench.sweep import SweepParams, Task, check_fits, measure, paired_secon
 from met.engine.runner import ModelRunner
 from met.speculative.spec_cost import CostTable, TableKey
 
-TINY = SweepParams(widths=(1, 2), max_depth=2, context_len=16, repeats=2, window_s=0.002, warmup_s=0.0)
+TINY = SweepParams(widths=(1, 2), max_depth=2, verify_depth=4, context_len=16, repeats=2, window_s=0.002,
+                   warmup_s=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +46,32 @@ class FakeEnergyMeter:
 
 
 def test_tasks_cover_every_cell_and_draft_only_above_zero():
-    found = tasks(SweepParams(widths=(1, 4), max_depth=2))
+    found = tasks(SweepParams(widths=(1, 4), max_depth=2, verify_depth=0))
     assert len(found) == 2 * (3 + 2)  # per width: verify at k=0..2, draft at k=1..2
     assert Task(4, 0, "verify") in found and Task(1, 0, "draft") not in found
+
+
+def test_tasks_verify_copies_past_max_depth_without_drafting_them():
+    found = tasks(SweepParams(widths=(1, 4), max_depth=2, verify_depth=5))
+    # per width: the 5 tasks of depths 0..=2, then a verify alone at 3..=5 (COPY_POOLS: 16 at 1, 6 at 4)
+    assert len(found) == 2 * (5 + 3)
+    assert Task(1, 5, "verify") in found and Task(4, 5, "verify") in found and Task(1, 6, "verify") not in found
+    assert not [t for t in found if t.step == "draft" and t.k > 2]
+
+
+@pytest.mark.parametrize(("change", "depths"), [
+    ({}, {1: range(5, 17), 2: range(5, 9), 4: range(5, 7), 8: range(0), 16: range(0)}),  # COPY_POOLS caps each width
+    ({"verify_depth": 6}, {1: range(5, 7), 2: range(5, 7), 4: range(5, 7), 8: range(0), 16: range(0)}),
+    ({"verify_depth": 4}, dict.fromkeys((1, 2, 4, 8, 16), range(0))),  # not above max_depth: none
+    ({"max_depth": 0}, dict.fromkeys((1, 2, 4, 8, 16), range(0))),  # no drafter: the planner copies nothing
+    ({"max_depth": 1, "widths": (3, 12, 300)}, {3: range(2, 7), 12: range(2, 3), 300: range(0)}),
+])
+def test_verify_only_depths_run_past_max_depth_as_deep_as_copies_go(change, depths):
+    params = SweepParams(**change)
+    assert {n: params.verify_only_depths(n) for n in params.widths} == depths
+    deepest = max([params.max_depth, *(d[-1] for d in depths.values() if d)])
+    assert params.deepest_verify == deepest
+    assert params.cache_len == params.context_len + params.catchup_rows + deepest + 1
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -55,6 +79,8 @@ def test_tasks_cover_every_cell_and_draft_only_above_zero():
     ({"widths": (1, 0)}, "widths"),  # a zero width
     ({"widths": (2, 2)}, "repeat"),  # a width twice
     ({"max_depth": 65}, "max_depth"),
+    ({"verify_depth": -1}, "verify_depth"),
+    ({"verify_depth": 65}, "verify_depth"),
     ({"repeats": 0}, "repeats"),
     ({"window_s": 0.0}, "window_s"),
 ])
@@ -70,7 +96,15 @@ def test_params_sort_widths():
 def test_check_fits_names_the_limit(micro_model):
     # micro's max_seq_len is 128: 124 + 3 catch-up rows (depth 2 + 1) + 2 + 1 = 130 tokens do not fit
     with pytest.raises(ValueError, match="130 tokens exceed the model's max_seq_len 128; lower --context-len"):
-        check_fits(micro_model.cfg, SweepParams(context_len=124, max_depth=2))
+        check_fits(micro_model.cfg, SweepParams(context_len=124, max_depth=2, verify_depth=0))
+    # the deepest verify-only cell counts: 108 + 3 + 16 (width 1's copies) + 1 = 128 fits, one more does not
+    check_fits(micro_model.cfg, SweepParams(context_len=108, max_depth=2))
+    with pytest.raises(ValueError, match=r"depth 16 \+ 1 = 129 tokens .* or --verify-depth"):
+        check_fits(micro_model.cfg, SweepParams(context_len=109, max_depth=2))
+    # a DFlash drafter's cells price its own depths: verify-only cells are refused, none is fine
+    with pytest.raises(ValueError, match="pass --verify-depth 0"):
+        check_fits(micro_model.cfg, SweepParams(context_len=16, max_depth=2, verify_depth=3), block=4)
+    check_fits(micro_model.cfg, SweepParams(context_len=16, max_depth=2, verify_depth=0), block=4)
 
 
 def test_fixture_restores_the_state_before_each_step(micro_model):
@@ -94,17 +128,40 @@ def test_fixture_restores_the_state_before_each_step(micro_model):
     assert fewer.length == before[0].length and fewer.pending == before[0].pending
 
 
+def test_fixture_copies_are_each_prompts_last_tokens_without_confidences(micro_model, monkeypatch):
+    fixture = StepFixture(ModelRunner(micro_model, 2, 32), [[1, 2, 3, 4], [5, 6]])
+    copies = fixture.copies(2, 3)
+    assert [d.tokens for d in copies] == [[2, 3, 4], [5, 6, 5]]  # the second prompt is shorter: cycled
+    assert all(d.confidences == [] for d in copies) and len(fixture.copies(1, 3)) == 1
+    # verified as drafts are: one forward over the pending token and all 3 copies of both sequences
+    shapes, hidden = [], micro_model.hidden
+
+    def spy(tokens, ctx):  # tokens: [B, T]
+        shapes.append(tuple(tokens.shape))
+        return hidden(tokens, ctx)
+
+    monkeypatch.setattr(micro_model, "hidden", spy)
+    fixture.verify_step(2, copies)
+    assert shapes == [(2, 3 + 1)]
+
+
 def test_measure_writes_cells_that_make_a_valid_table(micro_model):
     labels = []
     result = measure(micro_model, WallMeter(), TINY, lambda done, total, label: labels.append((done, total, label)))
     assert [(c.n, c.k) for c in result.cells] == [(n, k) for n in (1, 2) for k in range(3)]
     assert all(c.verify_s > 0 and (c.draft_s > 0) == (c.k > 0) for c in result.cells)
     assert all(c.verify_j is None and c.verify_s_spread is not None for c in result.cells)
+    # past max_depth 2, the verify alone of copies at 3..=4 at both widths
+    assert [(c.n, c.k) for c in result.verify_cells] == [(1, 3), (1, 4), (2, 3), (2, 4)]
+    assert all(c.verify_s > 0 and c.verify_j is None and c.verify_s_spread is not None for c in result.verify_cells)
+    assert "last k prompt tokens" in result.meta["verify_only_cells"]
     table = CostTable(TableKey("cpu-test-1t", "micro@0", "none", {"decode": "a", "verify": "b"}), result.cells,
-                      result.meta)
-    assert CostTable.parse(table.to_toml()) == table
+                      result.meta, result.verify_cells)
+    assert CostTable.parse(table.to_toml()) == table and table.verify_depth(1) == 4
     total = len(tasks(TINY)) * (TINY.repeats + 1)
     assert labels[-1][:2] == (total, total)
+    copies = [lab for _, _, lab in labels if lab.endswith("verify (copies)")]
+    assert len(copies) == 4 * (TINY.repeats + 1) and all(" k=3 " in c or " k=4 " in c for c in copies)
     # interleaved: each repeat visits every task once, in its own order
     repeats = [[lab.split(" ", 2)[2] for _, _, lab in labels if lab.startswith(f"repeat {r}/")] for r in (1, 2)]
     assert sorted(repeats[0]) == sorted(repeats[1]) and repeats[0] != repeats[1]
@@ -143,10 +200,12 @@ def test_paired_seconds_refuses_ragged_windows():
 
 
 def test_measure_with_energy_records_joules_and_retries_a_refused_window(micro_model):
-    params = SweepParams(widths=(1,), max_depth=1, context_len=8, repeats=1, window_s=0.002, warmup_s=0.0)
+    params = SweepParams(widths=(1,), max_depth=1, verify_depth=2, context_len=8, repeats=1, window_s=0.002,
+                         warmup_s=0.0)
     result = measure(micro_model, FakeEnergyMeter(refusals=1), params)
     assert all(c.verify_j and c.verify_j > 0 for c in result.cells)
     assert result.cells[1].draft_j > 0 and result.cells[0].draft_j == 0.0
+    assert [(c.n, c.k) for c in result.verify_cells] == [(1, 2)] and result.verify_cells[0].verify_j > 0
     with pytest.raises(EnergyReadError):
         measure(micro_model, FakeEnergyMeter(refusals=100), params)
 
