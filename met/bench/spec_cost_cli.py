@@ -61,6 +61,13 @@ DepthOpt = Annotated[int | None, typer.Option(
     "--max-depth", min=0, max=16,
     help="Deepest draft depth k; cells 0..=k (default: 4; --quick: 2; 0 for a model without an MTP module).",
     show_default=False)]
+VerifyDepthOpt = Annotated[int | None, typer.Option(
+    "--verify-depth", min=0, max=16,
+    help="Deepest verify-only cell: past --max-depth, what verifying k copies alone costs (prompt lookup's "
+         "copies of the sequence's history, no drafter pass), which the measured planner prices copies at; at each "
+         "width no deeper than it copies there (spec_capacity.COPY_POOLS: 16 at width 1, 8 at 2, 6 at 3-4, 4 at 5-8, "
+         "2 at 9-16) (default: 16; --quick: 3; 0 or not above --max-depth: none; --drafter dflash and a model "
+         "without an MTP module measure none and refuse a depth).", show_default=False)]
 ContextOpt = Annotated[int | None, typer.Option(
     "--context-len", min=1,
     help="Tokens in the first sequence's KV cache while timing; sequence i holds i fewer, a ragged batch "
@@ -138,6 +145,7 @@ def spec_cost(
     dtype: DtypeOpt = None,
     widths: WidthsOpt = None,
     max_depth: DepthOpt = None,
+    verify_depth: VerifyDepthOpt = None,
     context_len: ContextOpt = None,
     repeats: RepeatsOpt = None,
     window: WindowOpt = None,
@@ -160,7 +168,9 @@ def spec_cost(
     timed, each cell is timed in windows of many identical steps. Either way each repeat times a
     width's cells back to back (widths and cells in a new shuffled order), and a cell's time is
     its median over repeats paired with its width's other cells of the same repeat, so a
-    slowdown they share cancels. The run holds a
+    slowdown they share cancels. Past --max-depth, verify-only cells price verifying k copies with
+    no draft (a decode verifying its histories' copies every step, or in windows each prompt's last
+    k tokens), at each width as deep as --verify-depth and the planner's copy pools allow. The run holds a
     lock beside the table and replaces the table atomically (the table and its calibration are
     both written out before either is replaced; a symlinked --out has its target replaced), so
     cron may run it unattended. When a table is already there, each cell's change is printed; a
@@ -191,6 +201,10 @@ def spec_cost(
     if drafter == "dflash" and calibrate:
         raise typer.BadParameter("the calibration is fitted for the MTP drafter only; drop --calibrate",
                                  param_hint="--calibrate")
+    if drafter == "dflash" and verify_depth:
+        raise typer.BadParameter("a DFlash table's cells run as deep as its block drafts (--max-depth); verify-only "
+                                 "cells price copies past the MTP drafter's depth; drop --verify-depth",
+                                 param_hint="--verify-depth")
     energy = energy.lower()
     if energy not in ENERGY_CHOICES:
         raise typer.BadParameter(f"{energy!r} is not one of {', '.join(ENERGY_CHOICES)}", param_hint="--energy")
@@ -199,11 +213,14 @@ def spec_cost(
                                  "--out /tmp/quick.toml) so it does not replace tables/<box_class>/<recipe>.toml",
                                  param_hint="--quick")
     base = QUICK if quick else DEFAULT
+    if drafter == "dflash":
+        base = replace(base, verify_depth=0)  # its cells price its own depths: nothing is copied past them
     try:
         settings = resolve_run(device, dtype)
         device = settings.device
         params = replace(base, widths=parse_widths(widths) if widths is not None else base.widths,
                          max_depth=base.max_depth if max_depth is None else max_depth,
+                         verify_depth=base.verify_depth if verify_depth is None else verify_depth,
                          context_len=context_len or base.context_len, repeats=repeats or base.repeats,
                          window_s=window or base.window_s)
         box = box_class(device, box_class_)
@@ -219,7 +236,7 @@ def spec_cost(
     given = out or Path("tables") / box / f"{name}{suffix}"
     request = Request(recipe, box_class_, settings, params, energy, calibrated, calibration_prompts, _target(given),
                       _target(calibration_path(given)), max_depth is not None, calibrate is True, drafter, box,
-                      replace_)
+                      replace_, verify_depth is not None)
     try:
         with TableLock(request.out), Reporter(quiet) as reporter:
             _run(request, reporter)
@@ -253,6 +270,7 @@ class Request:
     drafter: str = "mtp"  # whose draft step is timed: mtp or dflash
     box: str = ""  # the box class the table will be keyed by
     overwrite: bool = False  # --replace: write over a file that is no table of ours, or of another box or model
+    verify_depth_given: bool = False  # --verify-depth was passed (likewise)
 
 
 def _fail(code: int, message: str) -> None:
@@ -348,8 +366,9 @@ def _sweep(req: Request, params: SweepParams, recipe: Recipe, model: torch.nn.Mo
     s = req.settings
     loop = _loop_prompts(recipe, params) if meter.source == "none" and block is None else None
     how = "a short decode per cell, timed in the loop" if loop else f"{params.window_s:g} s windows"
+    copies = f", copies verified to depth {params.deepest_verify}" if params.deepest_verify > params.max_depth else ""
     reporter.say(f"measuring {recipe.id} on {device_name(s.device)} ({s.device}, {s.dtype}, {s.threads} threads): "
-                 f"widths {','.join(map(str, params.widths))}, depths 0..={params.max_depth}, "
+                 f"widths {','.join(map(str, params.widths))}, depths 0..={params.max_depth}{copies}, "
                  f"{params.repeats} repeats of {how}")
     started = time.perf_counter()
 
@@ -379,7 +398,7 @@ def _sweep(req: Request, params: SweepParams, recipe: Recipe, model: torch.nn.Mo
             "device": device_name(s.device), "dtype": s.dtype, "threads": s.threads,
             "sweep_s": round(time.perf_counter() - started, 1), **result.meta, **meter.info()}
     try:
-        return CostTable.parse(CostTable(key, result.cells, meta).to_toml())
+        return CostTable.parse(CostTable(key, result.cells, meta, result.verify_cells).to_toml())
     except TableParseError as exc:
         raise Refusal(EX_DATAERR, f"the measured table is invalid, so nothing was written: {exc}") from None
 
@@ -420,7 +439,8 @@ def _write(path: Path, cal_path: Path, old: Existing, table: CostTable, calibrat
         return
     for line in changes(old, table):
         say(line)
-    say(f"wrote {path} ({len(table.cells)} cells, energy_source '{table.key.energy_source}', "
+    deeper = f", {len(table.verify_cells)} verify-only cells" if table.verify_cells else ""
+    say(f"wrote {path} ({len(table.cells)} cells{deeper}, energy_source '{table.key.energy_source}', "
         f"sweep {table.meta['sweep_s']:.0f} s)")
     if calibration is not None:
         say(f"wrote {cal_path} ({calibration.outcomes} judged drafts, "
@@ -465,10 +485,14 @@ def _loop_prompts(recipe: Recipe, params: SweepParams) -> tuple[list[list[int]],
 
 
 def _without_drafter(req: Request, recipe: Recipe, params: SweepParams) -> SweepParams:
-    """A model with no MTP module has no draft step: k = 0 only; an explicit ask for more is refused."""
+    """A model with no MTP module has no draft step: k = 0 only, no verify-only cells; an explicit ask for more is
+    refused."""
     if req.depth_given and params.max_depth:
         raise Refusal(EX_USAGE, f"{recipe.name} has no MTP module, so there is no draft step to measure at "
                       f"--max-depth {params.max_depth}; drop --max-depth (its table holds k = 0 cells only)")
+    if req.verify_depth_given and params.verify_depth:
+        raise Refusal(EX_USAGE, f"{recipe.name} has no MTP module, so no measured planner copies past its depth "
+                      f"(--verify-depth {params.verify_depth}); drop --verify-depth (its table holds k = 0 cells only)")
     if req.calibrate_given:
         raise Refusal(EX_USAGE, f"{recipe.name} has no MTP drafter to calibrate; drop --calibrate")
     return replace(params, max_depth=0)

@@ -192,7 +192,7 @@ def _ours(text: str, section: str) -> bool:
 
 
 def changes(old: Existing, new: CostTable) -> list[str]:
-    """One line per cell of `new`: its costs and their change against the old table's same cell."""
+    """One line per cell (and verify-only cell) of `new`: its costs and their change against the old table's."""
     if old.table is None and not old.problem:
         return ["no table there before; every cell is new"]
     lines = []  # a file that was no valid table is said on stderr by the caller; its cells are all new
@@ -209,6 +209,14 @@ def changes(old: Existing, new: CostTable) -> list[str]:
             if cell.k:
                 parts.append(_change("draft", cell.draft_j, was and was.draft_j, 1.0, "J"))
         lines.append(f"n={cell.n} k={cell.k}: " + ", ".join(parts))
+    # a verify's figures mean the same in a cell and a verify-only cell: either is the old value to compare with
+    verifies = {} if old.table is None else {(c.n, c.k): c for c in (*old.table.cells, *old.table.verify_cells)}
+    for cell in new.verify_cells:
+        was = verifies.get((cell.n, cell.k))
+        parts = [_change("verify", cell.verify_s, was and was.verify_s, 1e3, "ms")]
+        if cell.verify_j is not None:
+            parts.append(_change("verify", cell.verify_j, was and was.verify_j, 1.0, "J"))
+        lines.append(f"n={cell.n} k={cell.k} verify only: " + ", ".join(parts))
     if before:
         lines.append(median_change(old.table, new))
     return lines

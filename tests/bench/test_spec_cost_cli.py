@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,10 @@ from met.exit_codes import (EX_CANTCREAT, EX_CONFIG, EX_DATAERR, EX_INTERRUPTED,
 from met.speculative.spec_cost import AcceptanceCalibration, CostTable
 
 runner = CliRunner()
-# Smaller than --quick: one repeat of tiny windows on short contexts, so each run takes about a second.
-FAST = ["--widths", "1,2", "--max-depth", "1", "--context-len", "16", "--repeats", "1", "--window", "0.002"]
+# Smaller than --quick: one repeat of tiny windows on short contexts, so each run takes about a second; one
+# verify-only depth (2) past the drafts.
+FAST = ["--widths", "1,2", "--max-depth", "1", "--verify-depth", "2", "--context-len", "16", "--repeats", "1",
+        "--window", "0.002"]
 
 
 def met(*args: str):
@@ -50,6 +53,9 @@ def test_quick_writes_a_table_and_calibration_that_parse(quick_run, micro_recipe
     assert (cal.drafter.kind, cal.drafter.name, cal.drafter.digest) == ("mtp", "micro-random", micro_recipe.digest)
     # no energy source: every cell was timed inside running decodes, not in windows of one step
     assert table.meta["method"].startswith("in-loop") and "window_s" not in table.meta
+    # --quick's verify depth 3, past its max depth 2: the verify of 3 copies alone at each width
+    assert [(c.n, c.k) for c in table.verify_cells] == [(1, 3), (2, 3)] and "verify_only_cells" in table.meta
+    assert table.verify_depth(1) == 3 and table.verify_cell(2, 3).verify_s > 0
 
 
 def test_tables_check_accepts_the_table_on_this_box(quick_run, use_micro):
@@ -96,8 +102,24 @@ def test_second_run_reports_each_cells_change(use_micro, tmp_path):
     result = met("bench", "spec-cost", *FAST, "--no-calibrate", "--out", str(out))
     assert result.exit_code == EX_OK, result.output
     assert "n=2 k=1: verify " in result.stdout and "%)" in result.stdout
-    assert f"wrote {out}" in result.stdout
+    assert re.search(r"n=2 k=2 verify only: verify [0-9.]+ ms \([+-][0-9.]+%\)", result.stdout), result.stdout
+    assert f"wrote {out} (4 cells, 2 verify-only cells," in result.stdout
     assert not calibration_path(out).exists()
+
+
+def test_verify_depth_caps_the_verify_only_cells_and_0_measures_none(use_micro, tmp_path):
+    out = tmp_path / "t.toml"
+    result = met("bench", "spec-cost", *FAST, "--verify-depth", "4", "--no-calibrate", "--out", str(out))
+    assert result.exit_code == EX_OK, result.output
+    assert "copies verified to depth 4" in result.stderr  # the progress lines
+    table = CostTable.parse(out.read_text())
+    assert [(c.n, c.k) for c in table.verify_cells] == [(n, k) for n in (1, 2) for k in (2, 3, 4)]
+    for depth in ("0", "1"):  # none, or not above --max-depth 1: no verify-only cells, nothing said of them
+        result = met("bench", "spec-cost", *FAST, "--verify-depth", depth, "--no-calibrate", "--out", str(out))
+        assert result.exit_code == EX_OK, result.output
+        table = CostTable.parse(out.read_text())
+        assert table.verify_cells == () and "verify_only_cells" not in table.meta
+        assert "copies verified" not in result.output and "verify-only" not in result.output
 
 
 def test_lock_held_exits_75_and_leaves_the_table_untouched(use_micro, tmp_path):
@@ -250,8 +272,10 @@ def test_energy_rapl_unavailable_exits_69(use_micro, tmp_path, monkeypatch):
     (["--widths", "100000"], "is not a whole number in 1..256"),  # would allocate 100000 KV caches
     (["--dtype", "int8"], "--dtype 'int8' is not one of"),  # was a TypeError at the model's load
     (["--device", "bogus"], "--device 'bogus' is not a torch device"),
+    (["--verify-depth", "17"], "'--verify-depth': Input should be less than or equal to 16"),  # none copies deeper
+    (["--verify-depth", "16", "--context-len", "100"], "or --verify-depth"),  # 100 + 2 + 16 + 1 > 128
 ], ids=["widths", "repeated-width", "energy", "box-class", "dtype", "context", "empty-widths", "huge-width",
-        "int-dtype", "device"])
+        "int-dtype", "device", "verify-depth", "verify-depth-context"])
 def test_bad_values_exit_2_with_the_value(use_micro, tmp_path, args, message):
     result = met("bench", "spec-cost", *FAST, *args, "--out", str(tmp_path / "t.toml"))
     assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output

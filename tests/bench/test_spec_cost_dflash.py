@@ -37,6 +37,7 @@ def test_dflash_table_has_its_draft_mode_and_no_calibration(micro, tmp_path):
     assert table.key.modes == ("decode", "draft_dflash", "verify") and table.key.recipe == recipe.id
     assert all(c.draft_s > 0 for c in table.cells if c.k > 0)
     assert not calibration_path(out).exists()
+    assert table.verify_cells == ()  # its cells price its own depths: no copies are verified past them
 
 
 def test_tables_check_compares_a_dflash_tables_key_with_the_shipped_drafter(micro, tmp_path):
@@ -67,10 +68,12 @@ def test_draft_dflash_digest_covers_the_drafter_config(micro):
 
 
 def test_dflash_without_a_drafter_or_with_calibrate_is_refused(micro, tmp_path):
-    # no drafter beside the weights: 66 naming the training command; --calibrate: usage error
+    # no drafter beside the weights: 66 naming the training command; --calibrate, --verify-depth: usage errors
     recipe, _ = micro
     shipped_path(recipe).unlink()
     result = CliRunner().invoke(app, ["bench", "spec-cost", "--drafter", "dflash", *FAST])
     assert result.exit_code == EX_NOINPUT and "met model train --drafter dflash" in result.stderr
     result = CliRunner().invoke(app, ["bench", "spec-cost", "--drafter", "dflash", "--calibrate", *FAST])
     assert result.exit_code == 2 and "drop --calibrate" in result.output
+    result = CliRunner().invoke(app, ["bench", "spec-cost", "--drafter", "dflash", "--verify-depth", "8", *FAST])
+    assert result.exit_code == 2 and "drop --verify-depth" in result.output

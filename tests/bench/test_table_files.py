@@ -12,7 +12,7 @@ import pytest
 
 from met.bench.table_files import (Existing, LockHeld, TableLock, changes, lock_path, read_existing,
                                    remove_stale_temps, write_atomic)
-from met.speculative.spec_cost import Cell, CostTable, TableKey
+from met.speculative.spec_cost import Cell, CostTable, TableKey, VerifyCell
 
 KEY = TableKey("cpu-test-1t", "micro@0", "none", {"decode": "d1", "verify": "v1"})
 
@@ -113,6 +113,17 @@ def test_changes_against_the_old_table(tmp_path):
     assert lines[1] == "n=1 k=1: verify 13.2 ms (+10.0%), draft 2.2 ms (+10.0%)"
     # the last line is what two back-to-back runs are judged by
     assert lines[-1] == "median |change| over 4 cells: step time 10.0% (verify 10.0%, draft 10.0%)"
+
+
+def test_changes_report_each_verify_only_cell_against_the_old_verify_at_its_depth():
+    new = CostTable(KEY, table(1.1).cells, verify_cells=[VerifyCell(1, 2, 0.0165), VerifyCell(1, 3, 0.018)])
+    old = CostTable(KEY, table(1.0).cells, verify_cells=[VerifyCell(1, 2, 0.015)])
+    lines = changes(Existing(old), new)
+    assert lines[4:6] == ["n=1 k=2 verify only: verify 16.5 ms (+10.0%)", "n=1 k=3 verify only: verify 18 ms (new)"]
+    # the verify of 2 copies is compared with a table whose cells went as deep: the same verify
+    deeper = CostTable(KEY, [*table(1.0).cells, Cell(1, 2, 0.012, 0.004), Cell(2, 2, 0.02, 0.005)])
+    assert changes(Existing(deeper), new)[4] == "n=1 k=2 verify only: verify 16.5 ms (+37.5%)"
+    assert changes(Existing(new), new)[-1].startswith("median |change| over 4 cells: step time 0.0%")
 
 
 def test_changes_report_a_new_key_a_bad_old_file_and_no_file(tmp_path):
