@@ -134,12 +134,21 @@ def _check_one(path: Path, no_key: bool, recipe: str, box_class: str | None, dev
         k = parsed.key
         typer.echo(f"{path}: valid cost table: box_class '{k.box_class}', recipe '{k.recipe}', "
                    f"energy_source '{k.energy_source}', modes {', '.join(k.modes)}; widths "
-                   f"{', '.join(map(str, parsed.widths))} at depths 0..={parsed.kmax} ({len(parsed.cells)} cells)")
+                   f"{', '.join(map(str, parsed.widths))} at depths 0..={parsed.kmax} ({len(parsed.cells)} cells)"
+                   + _verify_only_summary(parsed))
     else:
         typer.echo(f"{path}: valid calibration for drafter {parsed.drafter}: {parsed.outcomes} outcomes, "
                    f"{len(parsed.bins)} confidence bins, {len(parsed.position_priors)} position priors, "
                    f"{len(parsed.carryover)} carry-over bins, {len(parsed.lookup)} prompt-lookup bins")
     return EX_OK
+
+
+def _verify_only_summary(table: CostTable) -> str:
+    """"; verify only to k=16 at n=1, k=8 at n=2 (20 cells)", or "" for a table without verify-only cells."""
+    if not table.verify_cells:
+        return ""
+    deepest = [f"k={table.verify_depth(n)} at n={n}" for n in table.widths if table.verify_depth(n) > table.kmax]
+    return f"; verify only to {', '.join(deepest)} ({len(table.verify_cells)} cells)"
 
 
 def key_mismatches(parsed: CostTable | AcceptanceCalibration, recipe: str, box_class: str | None,
@@ -215,7 +224,8 @@ def measured_ago(meta: Mapping[str, object], now: datetime | None = None) -> str
 
 @tables_app.command("show")
 def show(path: TableArg, calibration: CalibrationOpt = None, slack: SlackOpt = 0.1) -> None:
-    """Show a cost table per width: cost per depth, and with --calibration what each depth delivers.
+    """Show a cost table per width: cost per depth (past kmax, the verify-only cells' verify of copies), and with
+    --calibration what each depth delivers.
 
     Exit statuses: 0 shown; 2 bad option; 65 (EX_DATAERR) the file (or --calibration) is invalid, or
     is a calibration where a table belongs (or the reverse); 66 (EX_NOINPUT) a file is missing.
@@ -290,7 +300,8 @@ def _grid(title: str, headers: list[str], rows: list[list[str]]) -> Table:
 
 
 def _width_table(table: CostTable, cal: AcceptanceCalibration | None, n: int, slack: float) -> Table:
-    """One width's rows: seconds in ms, joules as measured, and what each depth delivers."""
+    """One width's rows: seconds in ms, joules as measured, and what each depth delivers; then its verify-only
+    cells' verify (no draft, nothing planned)."""
     catchups = any(table.cell(n, k).catchup_s is not None for k in range(1, table.kmax + 1))
     headers = ["k", "verify ms", "draft ms"] + (["catch-up us/row"] if catchups else [])
     headers += ["verify J", "draft J"] if table.has_energy else []
@@ -312,4 +323,11 @@ def _width_table(table: CostTable, cal: AcceptanceCalibration | None, n: int, sl
             row += [f"{e.tokens_per_j:.4g}"] if table.has_energy else []
             row.append("◀" if k == chosen else "")
         rows.append(row)
-    return _grid(f"width n = {n}", headers, rows)
+    deepest = table.verify_depth(n)
+    for k in range(table.kmax + 1, deepest + 1):  # verify-only: the verify of k copies, nothing drafted
+        cell = table.verify_cell(n, k)
+        row = [str(k), f"{cell.verify_s * 1e3:.4g}", "-"] + (["-"] if catchups else [])
+        row += [f"{cell.verify_j:.4g}", "-"] if table.has_energy else []
+        rows.append(row + ["-"] * (len(headers) - len(row)))
+    title = f"width n = {n}" + (f", verify only past k = {table.kmax} (copies)" if deepest > table.kmax else "")
+    return _grid(title, headers, rows)

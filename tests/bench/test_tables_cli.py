@@ -191,6 +191,28 @@ def test_check_refuses_a_bad_calibration(tmp_path):
     assert code == EX_DATAERR and "bins[0].outcomes: 40 is out of range (expected 100..=" in err
 
 
+# TABLE with the verify of copies past its kmax 1: to k = 3 at width 1, k = 2 at width 8.
+VERIFY_CELLS = "".join(f"\n[[verify_cells]]\nn = {n}\nk = {k}\nverify_s = {s}\nverify_j = {j}\n"
+                       for n, k, s, j in ((1, 2, 0.0081, 2.1), (1, 3, 0.0088, 2.25), (8, 2, 0.013, 3.3)))
+
+
+def test_check_counts_the_verify_only_cells(tmp_path):
+    code, out, _ = check(write(tmp_path, TABLE + VERIFY_CELLS))
+    assert code == EX_OK and "at depths 0..=1 (4 cells); verify only to k=3 at n=1, k=2 at n=8 (3 cells)" in out
+    assert "verify only" not in check(write(tmp_path, TABLE))[1]
+
+
+def test_show_prints_the_verify_only_cells_below_each_widths_depths(tmp_path):
+    result = tables("show", str(write(tmp_path, TABLE + VERIFY_CELLS)))
+    assert result.exit_code == EX_OK, result.output
+    rows = [line.split() for line in result.stdout.splitlines()]
+    # k, verify ms, draft ms, verify J, draft J: a verify-only cell drafts nothing
+    assert ["2", "8.1", "-", "2.1", "-"] in rows and ["3", "8.8", "-", "2.25", "-"] in rows
+    assert ["2", "13", "-", "3.3", "-"] in rows
+    assert result.stdout.count("verify only past k = 1") == 2
+    assert "verify only" not in tables("show", str(write(tmp_path, TABLE))).stdout
+
+
 def test_show_prints_each_width(tmp_path):
     result = tables("show", str(write(tmp_path, TABLE)))
     assert result.exit_code == EX_OK
