@@ -3,8 +3,9 @@
 Shared by tests/reliability/test_fuzz_tables.py (a few hundred cases in CI) and
 `benchmarks/soak.py --fuzz N` (many more); table_oracle.judge says whether each case ended as
 documented. Mutations: truncation, invalid UTF-8, flipped and deleted bytes, duplicated, swapped
-and dropped lines and [[blocks]], NaN/inf/negative/zero/huge values, type swaps, deep nesting
-(values and table headers), unknown and renamed fields, schemas from the future, a BOM, CRLF.
+and dropped lines and [[blocks]] (the table's [[cells]] and [[verify_cells]]), NaN/inf/negative/
+zero/huge values, type swaps, deep nesting (values and table headers), unknown and renamed fields,
+schemas from the future, a BOM, CRLF.
 """
 
 import copy
@@ -16,17 +17,20 @@ import tomllib
 import tomli_w
 from hypothesis import strategies as st
 
-from met.speculative.spec_cost import AcceptanceCalibration, Cell, CostTable, DrafterKey, TableKey
+from met.speculative.spec_cost import AcceptanceCalibration, Cell, CostTable, DrafterKey, TableKey, VerifyCell
 
 # --- the valid files every mutation starts from --------------------------------------------------
 
 
 def valid_table() -> bytes:
-    """A small metered table (two widths, depths 0..=1, spreads) with a non-ASCII meta value (UTF-8 multi-byte)."""
+    """A small metered table (two widths, depths 0..=1, spreads) with a non-ASCII meta value (UTF-8 multi-byte),
+    and verify cells past kmax: width 1 to k = 2, width 4 to k = 3."""
     key = TableKey("cpu-epyc-2t", "met-tiny-py@0e39", "rapl", {"decode": "d1", "verify": "v1", "draft_mtp": "m1"})
     cells = [Cell(n, k, 0.01 * n + 0.002 * k, 0.001 * k, 0.5 * n, 0.1 * k, 1e-4, 2e-5 if k else None,
                   catchup_s=2e-5 * n if k else None) for n in (1, 4) for k in (0, 1)]
-    return CostTable(key, cells, {"device": "AMD EPYC™ 7B13", "repeats": 3}).to_toml().encode()
+    verify_cells = [VerifyCell(n, k, 0.01 * n + 0.002 * k, 0.5 * n + 0.05 * k, 1e-4, 2e-5 if n == 4 else None)
+                    for n, k in ((1, 2), (4, 2), (4, 3))]
+    return CostTable(key, cells, {"device": "AMD EPYC™ 7B13", "repeats": 3}, verify_cells).to_toml().encode()
 
 
 def valid_calibration() -> bytes:

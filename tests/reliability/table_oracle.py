@@ -26,6 +26,8 @@ ENERGY = ("nvml", "rapl", "none")
 CELL_REQUIRED = {"n", "k", "verify_s", "draft_s"}
 CELL_OPTIONAL = {"verify_j", "draft_j", "verify_s_spread", "draft_s_spread", "verify_j_spread", "draft_j_spread",
                  "catchup_s"}
+VERIFY_REQUIRED = {"n", "k", "verify_s"}
+VERIFY_OPTIONAL = {"verify_j", "verify_s_spread", "verify_j_spread"}
 
 
 def _is_num(x: object) -> bool:
@@ -116,9 +118,33 @@ def _cell_ok(c: object, source: str) -> tuple[int, int] | None:
     return c["n"], k
 
 
+def _verify_cells_ok(rows: object, source: str, widths: set[int], kmax: int) -> bool:
+    """[[verify_cells]]: the verify alone at a measured width, past kmax, each width's run from kmax + 1 unbroken."""
+    if not isinstance(rows, list):
+        return False
+    seen = set()
+    for c in rows:
+        if not isinstance(c, dict) or not VERIFY_REQUIRED <= set(c) <= VERIFY_REQUIRED | VERIFY_OPTIONAL:
+            return False
+        if not (_whole(c["n"], 1, 1 << 16) and c["n"] in widths and _whole(c["k"], kmax + 1, 64)):
+            return False
+        if not _positive(c["verify_s"]) or ("verify_j" in c) != (source != "none"):
+            return False
+        if "verify_j" in c and not _positive(c["verify_j"]):
+            return False
+        if not all(_spread(c[name]) for name in ("verify_s_spread", "verify_j_spread") if name in c):
+            return False
+        if "verify_j_spread" in c and "verify_j" not in c:
+            return False
+        if (c["n"], c["k"]) in seen:
+            return False
+        seen.add((c["n"], c["k"]))
+    return all((n, k) in seen for n, deepest in seen for k in range(kmax + 1, deepest))
+
+
 def table_ok(doc: dict) -> bool:
     """Whether a parsed TOML document is a valid cost table, by the documented rules."""
-    if not {"schema", "key", "cells"} <= set(doc) <= {"schema", "key", "cells", "meta"}:
+    if not {"schema", "key", "cells"} <= set(doc) <= {"schema", "key", "cells", "meta", "verify_cells"}:
         return False
     if not _whole(doc["schema"], 1, 1) or ("meta" in doc and not _meta_ok(doc["meta"])):
         return False
@@ -139,7 +165,9 @@ def table_ok(doc: dict) -> bool:
             return False
         seen.add(nk)
     kmax = max(k for _, k in seen)
-    return all((n, k) in seen for n, _ in seen for k in range(kmax + 1))
+    if not all((n, k) in seen for n, _ in seen for k in range(kmax + 1)):
+        return False
+    return _verify_cells_ok(doc.get("verify_cells", []), key["energy_source"], {n for n, _ in seen}, kmax)
 
 
 def _rates_ok(rows: object, first: str, ok: Callable[[object], bool]) -> list[dict] | None:
@@ -280,6 +308,8 @@ def judge(path: Path, data: bytes) -> str:
         return "refused: not TOML"
     for words, outcome in (("unknown field", "unknown field"), ("is missing", "missing field"),
                            ("duplicates the cell", "duplicated cell"), ("has no cell at", "missing cell"),
+                           ("duplicates the verify cell", "duplicated verify cell"),
+                           ("has no verify cell at", "missing verify cell"),
                            ("not a supported schema", "schema version")):
         if words in why:
             return f"refused: {outcome}"
