@@ -147,3 +147,10 @@ def test_a_copy_goes_past_the_drafters_depth_where_the_table_prices_the_verify()
     # a short match's copy stops where a further position no longer pays for its verify
     short = [0.0, 0.5, 0.75, 0.875, 0.94, 0.97, 0.98]
     assert plan_depth(table, cal, 1, None, 0.0, copies=[short], copy_kmax=6).k < 6
+
+
+def test_a_mixed_step_goes_no_deeper_than_the_copies_go():
+    # copies 1 deep (a narrow copy pool) under a table drafting 2 deep: the mixed step is weighed at k = 1 only
+    cal = AcceptanceCalibration(DRAFTER, 0.8, 1000)
+    plan = plan_depth(_wide_table(), cal, 2, None, 0.0, copies=[[0.0, 0.99], None], copy_kmax=1)
+    assert plan.source == "mixed" and plan.k == 1 and plan.copying == (True, False)

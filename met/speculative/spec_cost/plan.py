@@ -276,15 +276,16 @@ def plan_depth(table: CostTable, calibration: AcceptanceCalibration, width: int,
     behind, remaining: each sequence's MTP rows behind and tokens left, to price catch-ups.
     copies: a first plan's copies from the histories (estimate_copies), weighed against drafting,
     copied up to copy_kmax deep (None: kmax, or the table's kmax), past kmax as far as the table's verify cells go; a
-    mixed step drafts, so it stays within kmax.
+    mixed step both drafts and copies, so it stays within both.
     """
     estimates, drafting = _estimate_depths(table, calibration, width, confidences, kmax, drafted, previous, behind,
                                            remaining)
     if copies is not None and drafted == 0 and any(c is not None for c in copies):
-        deepest = copy_kmax if copy_kmax is not None else table.kmax if kmax is None else kmax
+        drafts = table.kmax if kmax is None else min(kmax, table.kmax)
+        deepest = drafts if copy_kmax is None else copy_kmax
         estimates += estimate_copies(table, width, copies, deepest)
-        if width > 1:
-            estimates += estimate_mixed(table, width, copies, drafting, kmax, behind, remaining)
+        if width > 1:  # both kinds in one step: as deep as both go
+            estimates += estimate_mixed(table, width, copies, drafting, min(drafts, deepest), behind, remaining)
     return choose(estimates, slack)
 
 
