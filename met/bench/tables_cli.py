@@ -22,6 +22,7 @@ from rich.table import Table
 
 from met.exit_codes import EX_CONFIG, EX_DATAERR, EX_NOINPUT, EX_OK
 from met.path_option import nonempty_model, nonempty_path
+from met.speculative.spec_capacity import COPY_POOLS
 from met.speculative.spec_cost import AcceptanceCalibration, CostTable, DrafterMismatch, LookupBin, TableParseError
 from met.speculative.spec_cost import fields
 from met.speculative.spec_cost.plan import choose, estimate_depths, plan_depth
@@ -264,7 +265,7 @@ def show(path: TableArg, calibration: CalibrationOpt = None, slack: SlackOpt = 0
 def _lookup_table(cal: AcceptanceCalibration) -> Table:
     """Prompt lookup's bins: a copy's accept rate at each position (given the ones before it), by match length."""
     rows = []
-    shown = min(max(len(b.p_accept) for b in cal.lookup), 8)
+    shown = max(len(b.p_accept) for b in cal.lookup)  # every position: the planner copies up to 16 deep
     for b in cal.lookup:
         rates = [f"{p:.2f}" for p in b.p_accept[:shown]] + ["-"] * (shown - min(len(b.p_accept), shown))
         rows.append([_match(b), str(b.outcomes[0]), *rates])
@@ -273,14 +274,18 @@ def _lookup_table(cal: AcceptanceCalibration) -> Table:
 
 
 def _copy_plans_table(cal: AcceptanceCalibration, table: CostTable, slack: float) -> Table:
-    """At each width, the plan when every request's copy follows a match of a bin (copies as deep as the table
-    goes; drafts expected from the position priors)."""
+    """At each width, the plan when every request's copy follows a match of a bin (copies as deep as the planner
+    copies there: the table's verify depth and COPY_POOLS; drafts expected from the position priors)."""
     rows = []
     for b in cal.lookup:
-        copy = cal.copy_accepted_by_depth(b.min_match, table.kmax, table.kmax)
-        plans = [plan_depth(table, cal, n, None, slack, copies=[copy] * n) for n in table.widths]
+        plans = []
+        for n in table.widths:
+            deepest = min(table.verify_depth(n), COPY_POOLS.max_drafts(n))
+            copy = cal.copy_accepted_by_depth(b.min_match, deepest, deepest)
+            plans.append(plan_depth(table, cal, n, None, slack, copies=[copy] * n, copy_kmax=deepest))
         rows.append([_match(b), *(f"copy k={d.k}" if d.source == "lookup" else f"k={d.k}" for d in plans)])
-    title = f"plan when every request's copy follows such a match (slack {slack:g}; before the verify pools' clamp)"
+    title = (f"plan when every request's copy follows such a match (slack {slack:g}; copies as deep as the "
+             "planner's, drafts before the verify pools' clamp)")
     return _grid(title, ["match", *(f"n = {n}" for n in table.widths)], rows)
 
 

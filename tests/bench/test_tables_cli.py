@@ -354,3 +354,18 @@ def test_check_counts_and_show_prints_prompt_lookups_bins(tmp_path):
     assert re.search(r"1-2\s+k=1\s+k=1 *\n", plans) and re.search(r"3-12\s+copy k=1\s+copy k=1 *\n", plans)
     plain = tables("show", str(write(tmp_path, TABLE)), "--calibration", str(write(tmp_path, calibration_text(), "c2.toml")))
     assert "prompt-lookup copies" not in plain.stdout
+
+
+def test_show_plans_copies_past_kmax_where_the_table_has_verify_only_cells(tmp_path):
+    from dataclasses import replace
+
+    from met.speculative.spec_cost import LookupBin
+
+    bare = AcceptanceCalibration.parse(calibration_text())
+    cal = write(tmp_path, replace(bare, lookup=[LookupBin(1, 12, (0.95, 0.95), (300, 250))]).to_toml(), "cal.toml")
+    deeper = "\n".join(["", "[[verify_cells]]", "n = 1", "k = 2", "verify_s = 0.0076", "verify_j = 2.0", ""])
+    result = tables("show", str(write(tmp_path, TABLE + deeper)), "--calibration", str(cal))
+    assert result.exit_code == EX_OK, result.output
+    # width 1 copies 2 deep (1 + 0.95 + 0.9025 tokens for the verify cell's 2.0 J); width 8 has no verify cells: 1
+    plans = result.stdout.split("plan when every request's copy")[1]
+    assert re.search(r"1-12\s+copy k=2\s+copy k=1 *\n", plans), plans
