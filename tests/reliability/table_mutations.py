@@ -24,7 +24,7 @@ from met.speculative.spec_cost import AcceptanceCalibration, Cell, CostTable, Dr
 
 def valid_table() -> bytes:
     """A small metered table (two widths, depths 0..=1, spreads) with a non-ASCII meta value (UTF-8 multi-byte),
-    and verify cells past kmax: width 1 to k = 2, width 4 to k = 3."""
+    and verify cells (copies' verify) past kmax: width 1 to k = 2, width 4 to k = 3."""
     key = TableKey("cpu-epyc-2t", "met-tiny-py@0e39", "rapl", {"decode": "d1", "verify": "v1", "draft_mtp": "m1"})
     cells = [Cell(n, k, 0.01 * n + 0.002 * k, 0.001 * k, 0.5 * n, 0.1 * k, 1e-4, 2e-5 if k else None,
                   catchup_s=2e-5 * n if k else None) for n in (1, 4) for k in (0, 1)]

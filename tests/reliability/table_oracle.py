@@ -119,14 +119,15 @@ def _cell_ok(c: object, source: str) -> tuple[int, int] | None:
 
 
 def _verify_cells_ok(rows: object, source: str, widths: set[int], kmax: int) -> bool:
-    """[[verify_cells]]: the verify alone at a measured width, past kmax, each width's run from kmax + 1 unbroken."""
+    """[[verify_cells]]: the verify of copies at a measured width, each width's run from 1 (or from kmax + 1,
+    where it starts past the cells' depths) to its deepest unbroken."""
     if not isinstance(rows, list):
         return False
     seen = set()
     for c in rows:
         if not isinstance(c, dict) or not VERIFY_REQUIRED <= set(c) <= VERIFY_REQUIRED | VERIFY_OPTIONAL:
             return False
-        if not (_whole(c["n"], 1, 1 << 16) and c["n"] in widths and _whole(c["k"], kmax + 1, 64)):
+        if not (_whole(c["n"], 1, 1 << 16) and c["n"] in widths and _whole(c["k"], 1, 64)):
             return False
         if not _positive(c["verify_s"]) or ("verify_j" in c) != (source != "none"):
             return False
@@ -139,7 +140,8 @@ def _verify_cells_ok(rows: object, source: str, widths: set[int], kmax: int) -> 
         if (c["n"], c["k"]) in seen:
             return False
         seen.add((c["n"], c["k"]))
-    return all((n, k) in seen for n, deepest in seen for k in range(kmax + 1, deepest))
+    starts = {n: 1 if any(m == n and k <= kmax for m, k in seen) else kmax + 1 for n, _ in seen}
+    return all((n, k) in seen for n, deepest in seen for k in range(starts[n], deepest))
 
 
 def table_ok(doc: dict) -> bool:

@@ -30,7 +30,8 @@ def test_the_valid_files_are_valid(scratch):
     # the starting points pass all three judges, and the oracle is not a constant
     assert judge(scratch, TABLE) == "accepted" and judge(scratch, CALIBRATION) == "accepted"
     assert not oracle(TABLE.replace(b"verify_s = 0.01\n", b"verify_s = -0.01\n", 1))
-    assert not oracle(TABLE.replace(b"k = 2\nverify_s = 0.014", b"k = 1\nverify_s = 0.014"))  # not past kmax 1
+    assert oracle(TABLE.replace(b"k = 2\nverify_s = 0.014", b"k = 1\nverify_s = 0.014"))  # width 1: copies at k = 1
+    assert not oracle(TABLE.replace(b"k = 2\nverify_s = 0.044", b"k = 1\nverify_s = 0.044"))  # width 4: 1, 3: a gap
     assert not oracle(TABLE.replace(b"k = 2\nverify_s = 0.044", b"k = 4\nverify_s = 0.044"))  # width 4: k = 3, 4, none at 2
     assert oracle(TABLE[: TABLE.rindex(b"\n[[verify_cells]]")] + b"\n")  # width 4's deepest dropped: still valid
     # without a meter: no joules anywhere, so width 4's verify_j_spread is refused; without it, valid
@@ -72,14 +73,13 @@ def test_mutated_calibrations(scratch, case):
     (b"schema = 1", b"schema = 2", "schema: 2 is not a supported schema version"),
     (b'recipe = "met-tiny-py@0e39"', b"recipe = " + b"[" * 5000 + b"]" * 5000, "not valid TOML"),
     (b"\xe2\x84\xa2", b"\xe2\x84", "not UTF-8 text (byte 0xe2 at offset"),
-    (b"k = 2\nverify_s = 0.014", b"k = 1\nverify_s = 0.014",
-     "verify_cells[0].k: 1 is not deeper than the cells' kmax 1"),
+    (b"k = 2\nverify_s = 0.044", b"k = 1\nverify_s = 0.044", "verify_cells: width n=4 has no verify cell at k=2"),
     (b"k = 3\nverify_s = 0.046", b"k = 4\nverify_s = 0.046", "verify_cells: width n=4 has no verify cell at k=3"),
     (b"n = 1\nk = 2", b"n = 2\nk = 2", "verify_cells[0].n: 2 is not a width of the cells (1, 4)"),
     (b"k = 2\nverify_s = 0.014\nverify_j = 0.6\n", b"k = 2\nverify_s = 0.014\n",
      'verify_cells[0].verify_j: must be given under key.energy_source "rapl"'),
 ], ids=["nan", "-inf", "zero-joules", "huge-width", "huge-cost", "future-schema", "deep-nesting", "cut-utf8",
-        "verify-not-deeper", "verify-gap", "verify-stray-width", "verify-no-joules"])
+        "verify-gap-from-one", "verify-gap", "verify-stray-width", "verify-no-joules"])
 def test_named_mutations_say_what_is_wrong(scratch, old, new, why):
     # a few of the fuzzed shapes, each with the message an operator reads
     assert old in TABLE

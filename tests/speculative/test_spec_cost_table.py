@@ -34,7 +34,7 @@ meta_values = st.text(max_size=20) | st.integers(-(2**63), 2**63 - 1) | st.boole
 
 @st.composite
 def tables(draw, energy_source=None) -> CostTable:
-    """Any valid table: 1-4 widths, depths 0..=kmax, verify cells past kmax at some, random costs, spreads and meta."""
+    """Any valid table: 1-4 widths, depths 0..=kmax, verify cells at some (from 1 or past kmax), random costs, meta."""
     source = energy_source or draw(st.sampled_from(["nvml", "rapl", "none"]))
     digests = draw(st.dictionaries(st.sampled_from(["decode", "verify", "draft_mtp", "draft_dflash"]),
                                    st.text("0123456789abcdef", min_size=1, max_size=16), min_size=1))
@@ -55,8 +55,9 @@ def tables(draw, energy_source=None) -> CostTable:
     meta = draw(st.dictionaries(st.text("abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=10).filter(lambda k: k != "when"),
                                 meta_values, max_size=4))  # `when` has its own rule (test_meta_when_...)
     verify_cells = []
-    for n in widths:  # each width's run kmax + 1..=its deepest; deepest = kmax: none at this width
-        for k in range(kmax + 1, draw(st.integers(kmax, kmax + 3)) + 1):
+    for n in widths:  # each width's run from 1 or kmax + 1 to its deepest; none at some widths
+        first = draw(st.sampled_from([1, kmax + 1]))
+        for k in range(first, draw(st.integers(first - 1, kmax + 3)) + 1):
             joules = (None, None) if source == "none" else (draw(costs), draw(spreads))
             verify_cells.append(VerifyCell(n, k, draw(costs), joules[0], draw(spreads), joules[1]))
     return CostTable(key, order, meta, draw(st.permutations(verify_cells)))
@@ -187,8 +188,8 @@ def malformed(draw) -> tuple[str, str]:
         doc["key"] = draw(junk.filter(lambda v: not isinstance(v, dict)))
     else:  # one verify cell that breaks a rule, in place of any the table had
         n, k = draw(st.sampled_from(table.widths)), table.kmax + 1
-        if kind == "verify_shallow":
-            k = draw(st.integers(0, table.kmax))  # a depth the cells price (0 is no depth at all)
+        if kind == "verify_shallow":  # a run that starts inside the cells' depths past 1 (0 is no depth at all)
+            k = draw(st.sampled_from([0, *range(2, table.kmax + 1)]))
         elif kind == "verify_stray_width":
             n = max(table.widths) + 1
         elif kind == "verify_gap":
@@ -377,7 +378,7 @@ def test_cell_refuses_a_width_or_depth_the_table_cannot_answer(n, k):
         make_table().cell(n, k)
 
 
-# -- verify-only cells: deeper than kmax, verify alone ------------------------------------------
+# -- verify cells: the verify of copies, from 1 or past kmax ------------------------------------
 
 
 def verify_cells_for(depths: dict[int, int], kmax=2, key=KEY) -> list[VerifyCell]:
@@ -469,7 +470,7 @@ def _append_copy(i):
 
 
 @pytest.mark.parametrize(("key", "mutate", "message"), [
-    (KEY, _set(2, "k", 2), "verify_cells[2].k: 2 is not deeper than the cells' kmax 2"),  # the cells price k = 2
+    (KEY, _set(2, "k", 2), "verify_cells: width n=4 has no verify cell at k=1"),  # inside kmax, a run starts at 1
     (KEY, _set(0, "k", 0), "verify_cells[0].k: 0 is out of range (expected 1..=64)"),
     (KEY, _set(0, "k", MAX_DEPTH + 1), "verify_cells[0].k: 65 is out of range"),
     (KEY, _set(2, "n", 2), "verify_cells[2].n: 2 is not a width of the cells (1, 4)"),  # nothing to price it beside
@@ -514,7 +515,7 @@ def test_a_width_may_have_no_verify_cells_and_an_empty_array_is_none():
 
 
 @pytest.mark.parametrize(("cell", "message"), [
-    (dict(n=1, k=0, verify_s=0.01), "k: 0 is out of range"),  # deeper than some kmax >= 0, so k >= 1
+    (dict(n=1, k=0, verify_s=0.01), "k: 0 is out of range"),  # a plain step verifies no copy
     (dict(n=0, k=3, verify_s=0.01), "n: 0 is out of range"),
     (dict(n=1, k=3, verify_s=0.0), "verify_s: 0.0 is not a finite positive cost"),
     (dict(n=1, k=3, verify_s=0.01, verify_j=-1.0), "verify_j: -1.0 is not a finite positive cost"),
@@ -572,7 +573,8 @@ def test_interpolated_verify_costs_lie_between_their_neighbours(table, n, data):
     below = max((w for w in widths if w <= n), default=widths[0])
     above = min((w for w in widths if w >= n), default=widths[-1])
     got, lo, hi = table.verify_cell(n, k), table.verify_cell(below, k), table.verify_cell(above, k)
-    assert got.n == n and isinstance(got, Cell) == (k <= table.kmax)
+    assert got.n == n and isinstance(got, Cell) == (isinstance(lo, Cell) and isinstance(hi, Cell))
+    assert k > table.kmax or isinstance(got, Cell) or not (isinstance(lo, Cell) and isinstance(hi, Cell))
     for attr in ("verify_s", "verify_j"):
         if getattr(got, attr) is not None:
             a, b = sorted((getattr(lo, attr), getattr(hi, attr)))
@@ -600,3 +602,23 @@ def test_step_joules_at_a_verify_only_depth():
     with pytest.raises(ValueError, match=r"depth 4 is outside the table's 0\.\.=3"):
         table.step_joules(4, 4, drafted=False)  # past width 4's verify cells
     assert deep_table({1: 4}, key=NO_METER).step_joules(1, 4, drafted=False) is None
+
+
+def test_verify_cells_from_one_price_copies_where_the_cells_price_drafting_steps():
+    # Width 1 measures copies at k = 1..3 (kmax 2): a copy 1 or 2 deep is priced at its verify cell, not at
+    # the drafting step's verify; drafting still pays the cell's; width 4 has none, so its cells price copies.
+    copies = [VerifyCell(1, k, 0.005 + 0.001 * k, 0.5 + k) for k in (1, 2, 3)]
+    table = CostTable(KEY, make_table().cells, {}, copies)
+    assert [table.verify_cell(1, k).verify_s for k in (1, 2, 3)] == [0.006, 0.007, 0.008]
+    assert table.cell(1, 1).verify_s == 0.011 and table.verify_cell(1, 0) is table.cell(1, 0)
+    assert table.verify_cell(4, 2) is table.cell(4, 2) and table.verify_depth(1) == 3
+    # n = 2, a third of the way to width 4: the copy's verify cell and width 4's cell, interpolated
+    between = table.verify_cell(2, 1)
+    assert isinstance(between, VerifyCell) and between.n == 2
+    assert (between.verify_s, between.verify_j) == (pytest.approx(0.006 + (0.041 - 0.006) / 3), pytest.approx(3.0))
+    assert table.step_joules(1, 2, drafted=False) == 2.5  # copies: the verify cell's joules
+    assert table.step_joules(1, 2) == 4.0 + 1.0  # drafted: the cell's verify and draft
+    # a run from 1 that stops inside kmax (a narrow copy pool) is whole; the cells price the rest
+    narrow = CostTable(KEY, make_table().cells, {}, [VerifyCell(4, 1, 0.03, 2.0)])
+    assert narrow.verify_depth(4) == 2 and narrow.verify_cell(4, 2) is narrow.cell(4, 2)
+    assert CostTable.parse(table.to_toml()) == table

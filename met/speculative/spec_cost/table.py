@@ -88,11 +88,12 @@ class Cell:
 
 @dataclass(frozen=True, slots=True)
 class VerifyCell:
-    """A verify step deeper than the drafter drafts: n sequences, k drafts each that no drafter made.
+    """The verify of copies: n sequences, k drafts each that no drafter made (prompt lookup's copies).
 
-    What verifying k copies costs (prompt lookup's copies of a history run as deep as its match
-    holds, where the MTP drafter stops at its depth): the verify alone, in the same units as
-    Cell's verify_s and verify_j. k is above the table's kmax (the cells price depths up to it).
+    What verifying k copies costs, in the same units as Cell's verify_s and verify_j: at depths up
+    to the table's kmax beside the cell's verify, which a drafting step pays (on a CPU timed in a
+    decode it carries the drafter's bookkeeping and colder caches, so copies cost less), and past
+    kmax, where the drafter stops and a long match's copy goes on, alone.
     """
 
     n: int
@@ -124,8 +125,9 @@ class VerifyCell:
 class CostTable:
     """A parsed, validated cost table: its key, a cell at every depth 0..=kmax of every width, and [meta].
 
-    verify_cells (optional): per width, a VerifyCell at each depth kmax + 1..=that width's deepest
-    (none at some widths, or at all), the verify of copies deeper than the drafter drafts.
+    verify_cells (optional): per width, the verify of copies (VerifyCell) at each depth from 1, or
+    from kmax + 1, to that width's deepest, without a gap (none at some widths, or at all). A copy
+    k deep is priced at its verify cell where there is one, else at the cell's verify_s.
     """
 
     key: TableKey
@@ -133,6 +135,8 @@ class CostTable:
     meta: Mapping[str, object] = field(default_factory=dict)
     verify_cells: tuple[VerifyCell, ...] | Iterable[VerifyCell] = ()
     _index: dict[tuple[int, int], Cell] = field(init=False, repr=False, compare=False)
+    _copies: dict[tuple[int, int], VerifyCell] = field(init=False, repr=False, compare=False)  # measured verify cells
+    _copies_between: dict[tuple[int, int], Cell | VerifyCell] = field(init=False, repr=False, compare=False)
     _widths: tuple[int, ...] = field(init=False, repr=False, compare=False)  # the planner asks every step
     _between: dict[tuple[int, int], Cell] = field(init=False, repr=False, compare=False)  # interpolated, made once
     _deepest: dict[int, int] = field(init=False, repr=False, compare=False)  # measured widths' deepest verify cells
@@ -164,7 +168,9 @@ class CostTable:
         object.__setattr__(self, "verify_cells", _checked_verify_cells(list(self.verify_cells), kmax, widths,
                                                                        self.key.energy_source))
         object.__setattr__(self, "meta", MappingProxyType(fields.meta(self.meta)))
-        object.__setattr__(self, "_index", {(c.n, c.k): c for c in (*self.cells, *self.verify_cells)})
+        object.__setattr__(self, "_index", {(c.n, c.k): c for c in self.cells})
+        object.__setattr__(self, "_copies", {(c.n, c.k): c for c in self.verify_cells})
+        object.__setattr__(self, "_copies_between", {})
         object.__setattr__(self, "_widths", widths)
         object.__setattr__(self, "_between", {})
         deepest = {c.n: c.k for c in self.verify_cells}  # sorted by (n, k): each width's last is its deepest
@@ -182,7 +188,7 @@ class CostTable:
         return self.cells[-1].k  # cells are sorted by (n, k), and every width has the same depths
 
     def verify_depth(self, n: int) -> int:
-        """The deepest verify priced at width n: its verify cells' deepest (kmax without any).
+        """The deepest verify priced at width n: its verify cells' deepest, or kmax where that is deeper.
 
         Between two measured widths the lesser of theirs (an interpolation needs both ends); outside
         them, the nearest width's.
@@ -195,7 +201,7 @@ class CostTable:
             i = bisect_left(widths, n)
             measured = i < len(widths) and widths[i] == n
             ends = [n] if measured else [widths[j] for j in (i - 1, i) if 0 <= j < len(widths)]
-            known = self._depths[n] = min(self._deepest.get(w, self.kmax) for w in ends)
+            known = self._depths[n] = min(max(self.kmax, self._deepest.get(w, 0)) for w in ends)
         return known
 
     @property
@@ -209,40 +215,50 @@ class CostTable:
         The returned cell's n is the width asked for; an interpolated cell has no spreads.
         Example: widths 1 and 5 with verify_s 1.0 and 3.0 give verify_s 1.5 at n = 2.
         """
-        if type(k) is int and k > self.kmax:
-            raise ValueError(f"depth {k!r} is outside the table's 0..={self.kmax}")
-        return self._at(n, k)
-
-    def verify_cell(self, n: int, k: int) -> Cell | VerifyCell:
-        """The verify at width n, depth k, up to verify_depth(n): the Cell up to kmax, the VerifyCell past it.
-
-        Only verify_s and verify_j mean the same in both (a VerifyCell prices no draft). Interpolated
-        in width as cell() is.
-        """
-        if type(n) is int and type(k) is int and (n, k) in self._index:
-            return self._index[n, k]
-        return self._at(n, k, self.verify_depth(n) if type(n) is int and 1 <= n <= MAX_WIDTH else self.kmax)
-
-    def _at(self, n: int, k: int, deepest: int | None = None) -> Cell | VerifyCell:
-        """cell() and verify_cell(): measured, made before, or interpolated in width now."""
         if type(n) is int and type(k) is int:  # the planner asks several times a step: measured, or made before
             known = self._index.get((n, k)) or self._between.get((n, k))
             if known is not None:
                 return known
-        deepest = self.kmax if deepest is None else deepest
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_WIDTH:
-            raise ValueError(f"width {n!r} is not a whole number in 1..={MAX_WIDTH}")
-        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= deepest:
-            raise ValueError(f"depth {k!r} is outside the table's 0..={deepest}")
+        _check_width(n)
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= self.kmax:
+            raise ValueError(f"depth {k!r} is outside the table's 0..={self.kmax}")
         widths = self.widths
         i = bisect_left(widths, n)
-        if i < len(widths) and widths[i] == n:
-            return self._index[n, k]
         if i == 0 or i == len(widths):
             made = replace(self._index[widths[0 if i == 0 else -1], k], n=n)
         else:
-            made = self._interpolate(n, k, i)
+            lo, hi = self._index[widths[i - 1], k], self._index[widths[i], k]
+            made = _between(lo, hi, n, k)
         self._between[n, k] = made
+        return made
+
+    def verify_cell(self, n: int, k: int) -> Cell | VerifyCell:
+        """What verifying k copies per sequence costs at width n, up to verify_depth(n): the verify cell where
+        the table has one, else the cell (k <= kmax; k = 0, a plain step: the cell); linear in width between
+        measured widths, as cell().
+
+        Only verify_s and verify_j mean the same in both (a VerifyCell prices no draft). Between a width
+        with a verify cell at k and one without, the verify cell and the other's cell are interpolated.
+        """
+        if type(n) is int and type(k) is int:
+            known = self._copies.get((n, k)) or self._copies_between.get((n, k))
+            if known is not None:
+                return known
+        _check_width(n)
+        deepest = self.verify_depth(n)
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= deepest:
+            raise ValueError(f"depth {k!r} is outside the table's 0..={deepest} at width {n}")
+        widths = self.widths
+        i = bisect_left(widths, n)
+        if k == 0 or (i < len(widths) and widths[i] == n):
+            return self.cell(n, k)  # a plain step; or no verify cell here (measured ones were found above)
+        if i == 0 or i == len(widths):
+            end = widths[0 if i == 0 else -1]
+            made = replace(self._copies.get((end, k)) or self._index[end, k], n=n)
+        else:
+            lo, hi = (self._copies.get((w, k)) or self._index[w, k] for w in (widths[i - 1], widths[i]))
+            made = _between(lo, hi, n, k)
+        self._copies_between[n, k] = made
         return made
 
     def step_joules(self, n: int, k: int, drafted: bool = True, draft_width: int | None = None) -> float | None:
@@ -258,20 +274,6 @@ class CostTable:
         if not drafted or draft_width == 0:
             return cell.verify_j
         return cell.verify_j + self.cell(draft_width or n, k).draft_j
-
-    def _interpolate(self, n: int, k: int, i: int) -> Cell | VerifyCell:
-        """cell(n, k) between the measured widths widths[i - 1] < n < widths[i]."""
-        lo, hi = self._index[self._widths[i - 1], k], self._index[self._widths[i], k]
-
-        def lerp(attr: str) -> float | None:
-            a, b = getattr(lo, attr), getattr(hi, attr)
-            # Weighted form: exact at the ends, and positive whenever both ends are.
-            return None if a is None else (a * (hi.n - n) + b * (n - lo.n)) / (hi.n - lo.n)
-
-        if isinstance(lo, VerifyCell):
-            return VerifyCell(n, k, lerp("verify_s"), lerp("verify_j"))
-        catchup = lerp("catchup_s") if hi.catchup_s is not None else None
-        return Cell(n, k, lerp("verify_s"), lerp("draft_s"), lerp("verify_j"), lerp("draft_j"), catchup_s=catchup)
 
     def to_toml(self) -> str:
         """The table as TOML text; parse(to_toml()) gives back an equal table."""
@@ -298,6 +300,26 @@ class CostTable:
         return cls(key, cells, doc.get("meta", {}), verify_cells)
 
 
+def _check_width(n: object) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_WIDTH:
+        raise ValueError(f"width {n!r} is not a whole number in 1..={MAX_WIDTH}")
+
+
+def _between(lo: Cell | VerifyCell, hi: Cell | VerifyCell, n: int, k: int) -> Cell | VerifyCell:
+    """The cost at width n, lo.n < n < hi.n, linear in width: a Cell between two cells, else a VerifyCell
+    (the verify alone: a verify cell and a cell share only verify_s and verify_j)."""
+
+    def lerp(attr: str) -> float | None:
+        a, b = getattr(lo, attr), getattr(hi, attr)
+        # Weighted form: exact at the ends, and positive whenever both ends are.
+        return None if a is None else (a * (hi.n - n) + b * (n - lo.n)) / (hi.n - lo.n)
+
+    if isinstance(lo, VerifyCell) or isinstance(hi, VerifyCell):
+        return VerifyCell(n, k, lerp("verify_s"), lerp("verify_j"))
+    catchup = lerp("catchup_s") if hi.catchup_s is not None else None
+    return Cell(n, k, lerp("verify_s"), lerp("draft_s"), lerp("verify_j"), lerp("draft_j"), catchup_s=catchup)
+
+
 def _parsed(doc: Mapping, name: str, kind: type, required: tuple[str, ...], optional: tuple[str, ...]) -> list:
     """The array of tables `name` as `kind`s, each checked for its fields; errors name the entry."""
     parsed = []
@@ -311,7 +333,7 @@ def _parsed(doc: Mapping, name: str, kind: type, required: tuple[str, ...], opti
 
 
 def _checked_verify_cells(cells: list, kmax: int, widths: tuple[int, ...], source: str) -> tuple[VerifyCell, ...]:
-    """The verify cells sorted, after checking each width's run kmax + 1..=its deepest without a gap or a repeat."""
+    """The verify cells sorted, after checking each width's run from 1 (or kmax + 1) to its deepest, without a gap."""
     where: dict[tuple[int, int], int] = {}
     for i, cell in enumerate(cells):
         if not isinstance(cell, VerifyCell):
@@ -320,9 +342,6 @@ def _checked_verify_cells(cells: list, kmax: int, widths: tuple[int, ...], sourc
             raise TableParseError(f"verify_cells[{i}].verify_j", cell.verify_j,
                                   f"must be {'absent' if source == 'none' else 'given'} under key.energy_source "
                                   f"\"{source}\" (as in every cell)", show_value=cell.verify_j is not None)
-        if cell.k <= kmax:
-            raise TableParseError(f"verify_cells[{i}].k", cell.k, f"is not deeper than the cells' kmax {kmax} "
-                                  "(a verify cell prices a depth the cells do not)")
         if cell.n not in widths:
             raise TableParseError(f"verify_cells[{i}].n", cell.n, f"is not a width of the cells {widths}")
         if (cell.n, cell.k) in where:
@@ -330,12 +349,15 @@ def _checked_verify_cells(cells: list, kmax: int, widths: tuple[int, ...], sourc
                                   f"at verify_cells[{where[cell.n, cell.k]}]", show_value=False)
         where[cell.n, cell.k] = i
     for n in widths:
-        deepest = max((k for m, k in where if m == n), default=kmax)
-        for k in range(kmax + 1, deepest + 1):
+        depths = sorted(k for m, k in where if m == n)
+        if not depths:
+            continue
+        first = 1 if depths[0] <= kmax else kmax + 1
+        for k in range(first, depths[-1] + 1):
             if (n, k) not in where:
                 raise TableParseError("verify_cells", None, f"width n={n} has no verify cell at k={k} (a width's "
-                                      f"verify cells run from k={kmax + 1} to its deepest, {deepest}, without a gap)",
-                                      show_value=False)
+                                      f"verify cells run from k=1, or from k={kmax + 1}, to its deepest, "
+                                      f"{depths[-1]}, without a gap)", show_value=False)
     return tuple(sorted(cells, key=lambda c: (c.n, c.k)))
 
 
