@@ -29,9 +29,10 @@ choice above it drafts on.
 Copying instead of drafting: where the calibration has prompt lookup's rates, a first plan may
 also be given each sequence's copy from its history (`copies`: the expected accepted drafts of
 its copy at every depth, calibration.copy_accepted_by_depth). A copy costs its verify alone: a
-step that copies k deep costs the cell's verify_s (verify_j), no draft_s, and expects the copies'
+step that copies k deep costs the verify of copies the table measured there (its verify cell,
+CostTable.verify_cell), else the cell's verify_s (verify_j), no draft_s, and expects the copies'
 accepted drafts. The plan then weighs both: drafting at depths 1..kmax and copying at depths
-1..kmax, the plain step (k = 0) once; its choice's `source` says which ("mtp" or "lookup").
+1..copy_kmax, the plain step (k = 0) once; its choice's `source` says which ("mtp" or "lookup").
 Worked example, width 1: plain 2.5 ms; drafting 3 costs verify 4.2 + draft 2.4 ms for 2.7
 expected tokens, 413 tok/s; a copy whose bin expects 1.9 accepted drafts at depth 3 costs 4.2 ms
 for 2.9 tokens, 690 tok/s: the step copies. A copy has no drafter depth to stop at: it may go as
@@ -203,8 +204,8 @@ def estimate_copies(table: CostTable, width: int, copies: Sequence[Sequence[floa
 
     copies[i]: sequence i's copy's expected accepted drafts at depths 0, 1, ... (at least kmax + 1
     values; None: it has no copy, and decodes one token in the step). A copy costs the verify
-    alone, no drafter pass: the cell's verify_s, and past the table's kmax its verify cells' (as
-    deep as the table's verify_depth at this width; kmax None: that deep).
+    alone, no drafter pass: its verify cell's verify_s where the table measured one, else the
+    cell's (as deep as the table's verify_depth at this width; kmax None: that deep).
     """
     if len(copies) != width:
         raise ValueError(f"{len(copies)} copies for a step of width {width}")
