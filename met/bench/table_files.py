@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from met.speculative.spec_cost import CostTable, TableKey, TableParseError
+from met.speculative.spec_cost import Cell, CostTable, TableKey, TableParseError, VerifyCell
 
 TEMP_SUFFIX = ".tmp"
 
@@ -192,7 +192,7 @@ def _ours(text: str, section: str) -> bool:
 
 
 def changes(old: Existing, new: CostTable) -> list[str]:
-    """One line per cell (and verify-only cell) of `new`: its costs and their change against the old table's."""
+    """One line per cell (and copy verify cell) of `new`: its costs and their change against the old table's."""
     if old.table is None and not old.problem:
         return ["no table there before; every cell is new"]
     lines = []  # a file that was no valid table is said on stderr by the caller; its cells are all new
@@ -209,17 +209,26 @@ def changes(old: Existing, new: CostTable) -> list[str]:
             if cell.k:
                 parts.append(_change("draft", cell.draft_j, was and was.draft_j, 1.0, "J"))
         lines.append(f"n={cell.n} k={cell.k}: " + ", ".join(parts))
-    # a verify's figures mean the same in a cell and a verify-only cell: either is the old value to compare with
-    verifies = {} if old.table is None else {(c.n, c.k): c for c in (*old.table.cells, *old.table.verify_cells)}
     for cell in new.verify_cells:
-        was = verifies.get((cell.n, cell.k))
+        was = _old_copy(old.table, cell.n, cell.k)
         parts = [_change("verify", cell.verify_s, was and was.verify_s, 1e3, "ms")]
         if cell.verify_j is not None:
             parts.append(_change("verify", cell.verify_j, was and was.verify_j, 1.0, "J"))
-        lines.append(f"n={cell.n} k={cell.k} verify only: " + ", ".join(parts))
+        lines.append(f"n={cell.n} k={cell.k} copies: " + ", ".join(parts))
     if before:
         lines.append(median_change(old.table, new))
     return lines
+
+
+def _old_copy(old: CostTable | None, n: int, k: int) -> Cell | VerifyCell | None:
+    """What the old table priced verifying k copies at at width n, where it measured the width that deep.
+
+    Its verify_cell(n, k): its own verify cell, or (an older table's, verify cells past kmax only)
+    its cell's verify, which the planner priced copies at; only verify_s and verify_j are compared.
+    """
+    if old is None or n not in old.widths or k > old.verify_depth(n):
+        return None
+    return old.verify_cell(n, k)
 
 
 def median_change(old: CostTable, new: CostTable) -> str:

@@ -115,14 +115,25 @@ def test_changes_against_the_old_table(tmp_path):
     assert lines[-1] == "median |change| over 4 cells: step time 10.0% (verify 10.0%, draft 10.0%)"
 
 
-def test_changes_report_each_verify_only_cell_against_the_old_verify_at_its_depth():
-    new = CostTable(KEY, table(1.1).cells, verify_cells=[VerifyCell(1, 2, 0.0165), VerifyCell(1, 3, 0.018)])
-    old = CostTable(KEY, table(1.0).cells, verify_cells=[VerifyCell(1, 2, 0.015)])
+def test_changes_report_each_copy_verify_cell_against_what_the_old_table_priced_copies_at():
+    copies = [VerifyCell(1, 1, 0.0099), VerifyCell(1, 2, 0.0165), VerifyCell(1, 3, 0.018)]
+    new = CostTable(KEY, table(1.1).cells, verify_cells=copies)  # copies verified from k = 1, kmax 1
+    old = CostTable(KEY, table(1.0).cells, verify_cells=[VerifyCell(1, 2, 0.015)])  # an older table: past kmax only
     lines = changes(Existing(old), new)
-    assert lines[4:6] == ["n=1 k=2 verify only: verify 16.5 ms (+10.0%)", "n=1 k=3 verify only: verify 18 ms (new)"]
-    # the verify of 2 copies is compared with a table whose cells went as deep: the same verify
+    # k = 1: the old table priced a copy at its cell's verify (12 ms); k = 2 at its verify cell; k = 3 not at all
+    assert lines[4:7] == ["n=1 k=1 copies: verify 9.9 ms (-17.5%)", "n=1 k=2 copies: verify 16.5 ms (+10.0%)",
+                          "n=1 k=3 copies: verify 18 ms (new)"]
+    # against a table with the same verify cells: each against its own, not the cell's verify at its depth
+    assert changes(Existing(new), new)[4:7] == ["n=1 k=1 copies: verify 9.9 ms (+0.0%)",
+                                                "n=1 k=2 copies: verify 16.5 ms (+0.0%)",
+                                                "n=1 k=3 copies: verify 18 ms (+0.0%)"]
+    # the verify of 2 copies is compared with a table whose cells went as deep: what it priced them at
     deeper = CostTable(KEY, [*table(1.0).cells, Cell(1, 2, 0.012, 0.004), Cell(2, 2, 0.02, 0.005)])
-    assert changes(Existing(deeper), new)[4] == "n=1 k=2 verify only: verify 16.5 ms (+37.5%)"
+    assert changes(Existing(deeper), new)[5] == "n=1 k=2 copies: verify 16.5 ms (+37.5%)"
+    # a width the old table never measured is new, not compared with a neighbour's
+    wider = CostTable(KEY, [*table(1.1).cells, Cell(4, 0, 0.02, 0.0), Cell(4, 1, 0.03, 0.004)],
+                      verify_cells=[VerifyCell(4, 1, 0.025)])
+    assert changes(Existing(old), wider)[6] == "n=4 k=1 copies: verify 25 ms (new)"
     assert changes(Existing(new), new)[-1].startswith("median |change| over 4 cells: step time 0.0%")
 
 
