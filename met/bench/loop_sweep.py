@@ -20,10 +20,13 @@ its own: a run's first step drafts after the prompt, so its draft beyond the run
 (a typical draft: the median, so one slow draft does not hide it), over the prompt's rows,
 is the cell's catchup_s (the median over repeats), which the planner prices for sequences whose
 MTP block is far behind.
-A verify-only cell (n, k), past the drafter's depth, is such a decode verifying k copies per
+A copy verify cell (n, k), at every depth from 1, is such a decode verifying k copies per
 sequence every step and drafting nothing (policy_lookup.CopyFixedPolicy: each sequence's history's
 matched copy, cycled, else its last tokens), its steps counted and timed as the others' (the host
-copy where the draft is); its verify_s is what the planner prices a copy that deep at.
+copy where the draft is); its verify_s is what the planner prices a copy that deep at. Up to the
+drafter's depth it is its own decode, not the cell's verify_s: that is the tick after an MTP draft
+(the draft's bookkeeping, caches the drafter left cold), and on the Xeon box 5 copies verified
+cheaper than the cells' 4 drafts (width 2: 2.77 ms against 3.17; width 4: 4.39 against 4.61).
 Runs go as the window sweep's windows do (each repeat, the widths shuffled and a width's cells
 back to back, shuffled), and figures are paired the same way (sweep.paired_seconds).
 
@@ -91,7 +94,7 @@ def run_cell(runner: ModelRunner, model_id: str, prompts: Sequence[Sequence[int]
              tokens: int = LOOP_TOKENS, tokenizer: Tokenizer = BYTES, copies: bool = False) -> CellRun:
     """One decode of len(prompts) requests (the runner's width) at a fixed depth: its counted steps and catch-up.
 
-    copies: verify `depth` copies every step, no drafter pass (a verify-only cell; no catch-up).
+    copies: verify `depth` copies every step, no drafter pass (a copy verify cell; no catch-up).
     """
     width = runner.cache.max_batch
     if len(prompts) != width:
@@ -128,39 +131,41 @@ def measure_in_loop(model: Transformer, model_id: str, prompts: Sequence[Sequenc
                          f"exceed the model's max_seq_len {model.cfg.max_seq_len}; lower --context-len "
                          "(or --verify-depth)")
     runners = {n: ModelRunner(model, n, max_len) for n in params.widths}
-    cells = [t for t in tasks(params) if t.step == "verify"]  # a cell's decode times its verify and its draft
-    total = len(cells) * (params.repeats + 1)
+    # a cell's decode times its verify and its draft; a copy's decode its verify
+    runs = [t for t in tasks(params) if t.step != "draft"]
+    total = len(runs) * (params.repeats + 1)
     done = 0
-    for task in cells:  # warm-up: one run per cell, not kept
-        _run(runners[task.n], model_id, prompts, task, params, tokenizer)
+    for task in runs:  # warm-up: one run per cell, not kept
+        _run(runners[task.n], model_id, prompts, task, tokenizer)
         done += 1
-        on_run(done, total, f"warm-up {_label(task, params)}")
+        on_run(done, total, f"warm-up {_label(task)}")
     windows: dict[Task, list[float]] = {t: [] for t in tasks(params)}
     catchups: dict[tuple[int, int], list[float]] = {}
-    counted: dict[tuple[int, int], int] = {}
-    groups = {n: [t for t in cells if t.n == n] for n in runners}
+    counted: dict[Task, int] = {}
+    groups = {n: [t for t in runs if t.n == n] for n in runners}
     order = random.Random(params.seed)
     for repeat in range(params.repeats):
         for task in visit_order(groups, order):
             n, k = task.n, task.k
-            steps, catchup = _run(runners[n], model_id, prompts, task, params, tokenizer)
+            steps, catchup = _run(runners[n], model_id, prompts, task, tokenizer)
             if catchup is not None:
                 catchups.setdefault((n, k), []).append(catchup)
             if not steps:
-                raise NothingTimed(f"the decode at width {n}, depth {k} ran no full step to time "
+                copies = " of copies" if task.step == "copy" else ""
+                raise NothingTimed(f"the decode{copies} at width {n}, depth {k} ran no full step to time "
                                    "(its requests ended at once)")
-            counted[n, k] = counted.get((n, k), 0) + len(steps)
+            counted[task] = counted.get(task, 0) + len(steps)
             draft, verify = run_figures(steps)
             windows[task].append(verify)
-            if 0 < k <= params.max_depth:
+            if task.step == "verify" and k:
                 windows[Task(n, k, "draft")].append(draft)
             done += 1
-            on_run(done, total, f"repeat {repeat + 1}/{params.repeats} {_label(task, params)}")
+            on_run(done, total, f"repeat {repeat + 1}/{params.repeats} {_label(task)}")
     figures = paired_seconds(windows)
     depths = range(params.max_depth + 1)
     made = tuple(_cell(n, k, windows, figures, catchups.get((n, k))) for n in params.widths for k in depths)
-    verify_cells = tuple(_verify_cell(Task(n, k, "verify"), windows, figures)
-                         for n in params.widths for k in params.verify_only_depths(n))
+    verify_cells = tuple(_verify_cell(Task(n, k, "copy"), windows, figures)
+                         for n in params.widths for k in params.copy_depths(n))
     meta = {"method": f"in-loop: each cell a decode of {LOOP_TOKENS} tokens per request through the scheduler "
                       f"at that width and fixed depth, the mean of its full steps (the first {SKIP_STEPS} "
                       "and the last not counted); verify_s is the rest of the scheduler's tick after the draft; "
@@ -173,22 +178,22 @@ def measure_in_loop(model: Transformer, model_id: str, prompts: Sequence[Sequenc
                       "that repeat, times the median of those means",
             "spread": "interquartile range of the runs' means over repeats, same unit"}
     if verify_cells:
-        meta["verify_only_cells"] = (
-            f"depths {params.max_depth + 1}..=min({params.verify_depth}, COPY_POOLS) per width: a decode as a cell's, "
+        meta["verify_cells"] = (
+            f"depths 1..=min({params.verify_depth}, COPY_POOLS) per width: a decode as a cell's, "
             "verifying k copies per sequence every step (its history's matched copy, cycled, else its last tokens; "
             "no drafter pass), counted and paired as the other cells; verify_s the rest of the tick after the copy")
     return SweepResult(made, meta, verify_cells)
 
 
-def _run(runner: ModelRunner, model_id: str, prompts: Sequence[Sequence[int]], task: Task, params: SweepParams,
+def _run(runner: ModelRunner, model_id: str, prompts: Sequence[Sequence[int]], task: Task,
          tokenizer: Tokenizer) -> CellRun:
-    """The decode of a cell (a verify-only one past max_depth: copies) on its width's runner."""
-    return run_cell(runner, model_id, prompts[: task.n], task.k, tokenizer=tokenizer, copies=task.k > params.max_depth)
+    """The decode of a cell (MTP drafts, or plain at k = 0) or of a copy verify cell (copies) on its width's runner."""
+    return run_cell(runner, model_id, prompts[: task.n], task.k, tokenizer=tokenizer, copies=task.step == "copy")
 
 
-def _label(task: Task, params: SweepParams) -> str:
-    """A run's progress label: "n=2 k=1", a verify-only cell's "n=1 k=6 copies"."""
-    return f"n={task.n} k={task.k}" + (" copies" if task.k > params.max_depth else "")
+def _label(task: Task) -> str:
+    """A run's progress label: a cell's "n=2 k=1", a copy verify cell's "n=1 k=3 copies"."""
+    return task.label if task.step == "copy" else f"n={task.n} k={task.k}"
 
 
 def _cell(n: int, k: int, windows: dict[Task, list[float]], figures: dict[Task, float],

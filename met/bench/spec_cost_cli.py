@@ -63,11 +63,11 @@ DepthOpt = Annotated[int | None, typer.Option(
     show_default=False)]
 VerifyDepthOpt = Annotated[int | None, typer.Option(
     "--verify-depth", min=0, max=16,
-    help="Deepest verify-only cell: past --max-depth, what verifying k copies alone costs (prompt lookup's "
-         "copies of the sequence's history, no drafter pass), which the measured planner prices copies at; at each "
-         "width no deeper than it copies there (spec_capacity.COPY_POOLS: 16 at width 1, 8 at 2, 6 at 3-4, 4 at 5-8, "
-         "2 at 9-16) (default: 16; --quick: 3; 0 or not above --max-depth: none; --drafter dflash and a model "
-         "without an MTP module measure none and refuse a depth).", show_default=False)]
+    help="Copies verified at depths 1..=N: what verifying k copies costs (prompt lookup's copies of the "
+         "sequence's history, no drafter pass), which the measured planner prices copies at, at each depth apart "
+         "from the MTP cells' verify; at each width no deeper than it copies there (spec_capacity.COPY_POOLS: 16 at "
+         "width 1, 8 at 2, 6 at 3-4, 4 at 5-8, 2 at 9-16) (default: 16; --quick: 3; 0: none; --drafter dflash and "
+         "a model without an MTP module measure none and refuse a depth).", show_default=False)]
 ContextOpt = Annotated[int | None, typer.Option(
     "--context-len", min=1,
     help="Tokens in the first sequence's KV cache while timing; sequence i holds i fewer, a ragged batch "
@@ -168,9 +168,9 @@ def spec_cost(
     timed, each cell is timed in windows of many identical steps. Either way each repeat times a
     width's cells back to back (widths and cells in a new shuffled order), and a cell's time is
     its median over repeats paired with its width's other cells of the same repeat, so a
-    slowdown they share cancels. Past --max-depth, verify-only cells price verifying k copies with
-    no draft (a decode verifying its histories' copies every step, or in windows each prompt's last
-    k tokens), at each width as deep as --verify-depth and the planner's copy pools allow. The run holds a
+    slowdown they share cancels. Verify cells price verifying k copies with no draft (a decode
+    verifying its histories' copies every step, or in windows each prompt's last k tokens), at
+    each width at depths 1.. as deep as --verify-depth and the planner's copy pools allow. The run holds a
     lock beside the table and replaces the table atomically (the table and its calibration are
     both written out before either is replaced; a symlinked --out has its target replaced), so
     cron may run it unattended. When a table is already there, each cell's change is printed; a
@@ -202,8 +202,8 @@ def spec_cost(
         raise typer.BadParameter("the calibration is fitted for the MTP drafter only; drop --calibrate",
                                  param_hint="--calibrate")
     if drafter == "dflash" and verify_depth:
-        raise typer.BadParameter("a DFlash table's cells run as deep as its block drafts (--max-depth); verify-only "
-                                 "cells price copies past the MTP drafter's depth; drop --verify-depth",
+        raise typer.BadParameter("a DFlash table prices its block drafter's steps (--max-depth); verify cells "
+                                 "price the copies of the MTP drafter's planner; drop --verify-depth",
                                  param_hint="--verify-depth")
     energy = energy.lower()
     if energy not in ENERGY_CHOICES:
@@ -366,7 +366,7 @@ def _sweep(req: Request, params: SweepParams, recipe: Recipe, model: torch.nn.Mo
     s = req.settings
     loop = _loop_prompts(recipe, params) if meter.source == "none" and block is None else None
     how = "a short decode per cell, timed in the loop" if loop else f"{params.window_s:g} s windows"
-    copies = f", copies verified to depth {params.deepest_verify}" if params.deepest_verify > params.max_depth else ""
+    copies = f", copies verified at depths 1..={params.deepest_copy}" if params.deepest_copy else ""
     reporter.say(f"measuring {recipe.id} on {device_name(s.device)} ({s.device}, {s.dtype}, {s.threads} threads): "
                  f"widths {','.join(map(str, params.widths))}, depths 0..={params.max_depth}{copies}, "
                  f"{params.repeats} repeats of {how}")
@@ -439,7 +439,7 @@ def _write(path: Path, cal_path: Path, old: Existing, table: CostTable, calibrat
         return
     for line in changes(old, table):
         say(line)
-    deeper = f", {len(table.verify_cells)} verify-only cells" if table.verify_cells else ""
+    deeper = f", {len(table.verify_cells)} copy verify cells" if table.verify_cells else ""
     say(f"wrote {path} ({len(table.cells)} cells{deeper}, energy_source '{table.key.energy_source}', "
         f"sweep {table.meta['sweep_s']:.0f} s)")
     if calibration is not None:
@@ -485,14 +485,15 @@ def _loop_prompts(recipe: Recipe, params: SweepParams) -> tuple[list[list[int]],
 
 
 def _without_drafter(req: Request, recipe: Recipe, params: SweepParams) -> SweepParams:
-    """A model with no MTP module has no draft step: k = 0 only, no verify-only cells; an explicit ask for more is
+    """A model with no MTP module has no draft step: k = 0 only, no copy verify cells; an explicit ask for more is
     refused."""
     if req.depth_given and params.max_depth:
         raise Refusal(EX_USAGE, f"{recipe.name} has no MTP module, so there is no draft step to measure at "
                       f"--max-depth {params.max_depth}; drop --max-depth (its table holds k = 0 cells only)")
     if req.verify_depth_given and params.verify_depth:
-        raise Refusal(EX_USAGE, f"{recipe.name} has no MTP module, so no measured planner copies past its depth "
-                      f"(--verify-depth {params.verify_depth}); drop --verify-depth (its table holds k = 0 cells only)")
+        raise Refusal(EX_USAGE, f"{recipe.name} has no MTP module, and the measured planner copies only where it "
+                      f"drafts, so there are no copies to verify (--verify-depth {params.verify_depth}); drop "
+                      "--verify-depth (its table holds k = 0 cells only)")
     if req.calibrate_given:
         raise Refusal(EX_USAGE, f"{recipe.name} has no MTP drafter to calibrate; drop --calibrate")
     return replace(params, max_depth=0)

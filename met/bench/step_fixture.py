@@ -33,7 +33,7 @@ class StepFixture:
     plain decode steps, so the MTP block has up to that many rows to catch up on before a draft (as
     after a step that emitted that many tokens); a draft step names how many of them it gets.
     drafter "dflash": the runner's DFlash block drafter makes the drafts instead (its step reads the
-    state and changes none of it). `copies` gives drafts no drafter made, for the verify-only cells.
+    state and changes none of it). `copies` gives drafts no drafter made, for the copies' verify cells.
     """
 
     def __init__(self, runner: ModelRunner, prompts: list[list[int]], catchup_rows: int = 1,

@@ -1,13 +1,15 @@
 """The width x depth sweep: what one verify step and one MTP draft step cost at each (n, k) on this box.
 
-Past the drafter's depth (max_depth) it also times the verify alone of copies as deep as the
-measured planner copies (the verify-only cells, SweepParams.verify_only_depths): each sequence's
-last k prompt tokens, no drafter pass (a verify's cost does not depend on the tokens it scores).
+It also times the verify of copies (the verify cells, SweepParams.copy_depths) at every depth from 1
+as deep as the measured planner copies: each sequence's last k prompt tokens, no drafter pass (a
+verify's cost does not depend on the tokens it scores). Up to max_depth too, not read from the MTP
+cells: timed in a decode (met.bench.loop_sweep), a cell's verify carries its draft's bookkeeping and
+colder caches, which a copy does not.
 
 For every cell the same step is timed in windows of many identical steps (a StepFixture puts
 the state back after each). Windows are sized once per cell after a warm-up, then every cell
 gets one window per repeat. Each repeat visits the widths in a new shuffled order and, within a
-width, all its steps (verify and draft at every depth) back to back in a new shuffled order.
+width, all its steps (verify, draft and copies at every depth) back to back in a new shuffled order.
 
 What the planner compares is depths at one width, so a cell's time is paired with its width's
 other steps of the same repeat: each window's cost per step is divided by the geometric mean of
@@ -44,11 +46,11 @@ ENERGY_RETRIES = 2  # a window refused for its energy reading is measured again,
 
 @dataclass(frozen=True, slots=True)
 class SweepParams:
-    """What to measure and how long: widths, depths 0..=max_depth (verify-only deeper), context, repeats, windows."""
+    """What to measure and how long: widths, depths 0..=max_depth (copies 1..=verify_depth), context, repeats, windows."""
 
     widths: tuple[int, ...] = (1, 2, 4, 8, 16)
     max_depth: int = 4  # the MTP module is trained for 4 recursive drafts
-    verify_depth: int = 16  # verify-only cells up to this depth, as COPY_POOLS allows at each width
+    verify_depth: int = 16  # copies' verify cells at depths 1..=this, as COPY_POOLS allows at each width
     context_len: int = 256  # tokens the first sequence holds when a step is timed; slot i holds i fewer (ragged)
     repeats: int = 5  # windows per cell; the cell's figure is their median
     window_s: float = 0.25  # shortest window (longer where the meter needs it, e.g. NVML's 1 s)
@@ -80,21 +82,26 @@ class SweepParams:
         """Catch-up rows the fixture keeps: the deepest draft's, catchup_rows_for(max_depth)."""
         return catchup_rows_for(self.max_depth)
 
-    def verify_only_depths(self, n: int) -> range:
-        """Depths of width n's verify-only cells: max_depth + 1..=min(verify_depth, COPY_POOLS.max_drafts(n)).
+    def copy_depths(self, n: int) -> range:
+        """Depths of width n's copy verify cells: 1..=min(verify_depth, COPY_POOLS.max_drafts(n)).
 
-        None without a drafter (max_depth 0: the planner copies only where it drafts), nor where the
-        pool holds no more than max_depth. Example: max_depth 4, verify_depth 16: 5..=16 at width 1,
-        5..=8 at 2, 5..=6 at 4, none at 8.
+        None without a drafter (max_depth 0: the planner copies only where it drafts) or with
+        verify_depth 0. Example: max_depth 4, verify_depth 16: 1..=16 at width 1, 1..=8 at 2, 1..=6
+        at 4, 1..=4 at 8, 1..=2 at 16.
         """
         if self.max_depth < 1:
             return range(0)
-        return range(self.max_depth + 1, min(self.verify_depth, COPY_POOLS.max_drafts(n)) + 1)
+        return range(1, min(self.verify_depth, COPY_POOLS.max_drafts(n)) + 1)
+
+    @property
+    def deepest_copy(self) -> int:
+        """The deepest copy verified at any width (0: none)."""
+        return max((len(self.copy_depths(n)) for n in self.widths), default=0)  # each run starts at 1
 
     @property
     def deepest_verify(self) -> int:
-        """The deepest verify of the sweep: max_depth, or a verify-only cell's deeper."""
-        return max([self.max_depth, *(d[-1] for n in self.widths if (d := self.verify_only_depths(n)))])
+        """The deepest verify of the sweep: max_depth, or a copy's deeper."""
+        return max(self.max_depth, self.deepest_copy)
 
     @property
     def cache_len(self) -> int:
@@ -120,15 +127,16 @@ QUICK = SweepParams(widths=(1, 2), max_depth=2, verify_depth=3, context_len=64, 
 
 @dataclass(frozen=True, slots=True)
 class Task:
-    """One thing timed: the verify step or the draft step of cell (n, k) (a verify-only cell: its verify)."""
+    """One thing timed: the verify or the draft step of cell (n, k), or the verify of k copies (a verify cell)."""
 
     n: int
     k: int
-    step: str  # "verify" or "draft"
+    step: str  # "verify" (of the MTP drafts), "draft" or "copy" (the verify of copies: no drafter pass)
 
     @property
     def label(self) -> str:
-        return f"n={self.n} k={self.k} {self.step}"
+        """The progress label: "n=1 k=2 verify", "n=1 k=2 draft", "n=1 k=2 copies"."""
+        return f"n={self.n} k={self.k} {'copies' if self.step == 'copy' else self.step}"
 
 
 @dataclass(slots=True)
@@ -142,7 +150,7 @@ class Series:
 
 @dataclass(frozen=True, slots=True)
 class SweepResult:
-    """The measured cells, the verify-only cells past them, and what the table's [meta] should say about how."""
+    """The measured cells, the copies' verify cells, and what the table's [meta] should say about how."""
 
     cells: tuple[Cell, ...]
     meta: dict[str, object]
@@ -150,21 +158,16 @@ class SweepResult:
 
 
 def tasks(params: SweepParams) -> list[Task]:
-    """Every timed step of the sweep: a verify at each (n, k), a draft at each (n, k >= 1), a verify at each
-    verify-only depth."""
+    """Every timed step of the sweep: a verify at each (n, k), a draft at each (n, k >= 1), a copy at each
+    copy depth."""
     found = []
     for n in params.widths:
         for k in range(params.max_depth + 1):
             found.append(Task(n, k, "verify"))
             if k:
                 found.append(Task(n, k, "draft"))
-        found += [Task(n, k, "verify") for k in params.verify_only_depths(n)]
+        found += [Task(n, k, "copy") for k in params.copy_depths(n)]
     return found
-
-
-def progress_label(task: Task, params: SweepParams) -> str:
-    """The task's progress label; a verify-only cell's says so: "n=1 k=6 verify (copies)"."""
-    return f"{task.label} (copies)" if task.k > params.max_depth else task.label
 
 
 def check_fits(cfg: ModelConfig, params: SweepParams, block: int | None = None) -> None:
@@ -176,9 +179,9 @@ def check_fits(cfg: ModelConfig, params: SweepParams, block: int | None = None) 
     if block is not None:
         if params.max_depth > block:
             raise ValueError(f"--max-depth {params.max_depth} exceeds the DFlash drafter's block of {block}")
-        if any(params.verify_only_depths(n) for n in params.widths):
-            raise ValueError("a DFlash drafter's cells already run as deep as it drafts; verify-only cells price "
-                             "copies past the MTP drafter's depth: pass --verify-depth 0")
+        if params.deepest_copy:
+            raise ValueError("a DFlash table prices its block drafter's steps; verify cells price the copies of the "
+                             "MTP drafter's planner: pass --verify-depth 0")
     elif params.max_depth and cfg.mtp_depth == 0:
         raise ValueError("the model has no MTP module to draft with; pass --max-depth 0")
 
@@ -206,22 +209,22 @@ def measure(model: Transformer, meter: Meter, params: SweepParams,
     for task in todo:  # warm up each cell and size its window
         series[task] = Series(_steps_for(fixture, task, params, window_s))
         done += 1
-        on_window(done, total, f"warm-up {progress_label(task, params)}")
+        on_window(done, total, f"warm-up {task.label}")
     groups = {n: [t for t in todo if t.n == n] for n in params.widths}
     order = random.Random(params.seed)
     for repeat in range(params.repeats):
         for task in visit_order(groups, order):
-            reading, steps = _window(_step(fixture, task, params), meter, series[task].steps)
+            reading, steps = _window(_step(fixture, task), meter, series[task].steps)
             series[task].seconds.append(reading.seconds / steps)
             if reading.joules is not None:
                 series[task].joules.append(reading.joules / steps)
             done += 1
-            on_window(done, total, f"repeat {repeat + 1}/{params.repeats} {progress_label(task, params)}")
+            on_window(done, total, f"repeat {repeat + 1}/{params.repeats} {task.label}")
     seconds = paired_seconds({t: series[t].seconds for t in todo})
     energy = meter.source != "none"
     cells = tuple(_cell(n, k, series, seconds, energy) for n in params.widths for k in range(params.max_depth + 1))
     verify_cells = tuple(_verify_cell(n, k, series, seconds, energy)
-                         for n in params.widths for k in params.verify_only_depths(n))
+                         for n in params.widths for k in params.copy_depths(n))
     steps = [series[t].steps for t in todo]
     meta = {"context_len": params.context_len, "repeats": params.repeats, "window_s": window_s,
             "warmup_s": params.warmup_s, "steps_per_window_min": min(steps), "steps_per_window_max": max(steps),
@@ -232,23 +235,23 @@ def measure(model: Transformer, meter: Meter, params: SweepParams,
                       "windows that repeat, times the median of those means; joules: median over repeats",
             "spread": "interquartile range of the raw windows over repeats, same unit"}
     if verify_cells:
-        meta["verify_only_cells"] = (
-            f"depths {params.max_depth + 1}..=min({params.verify_depth}, COPY_POOLS) per width: the verify of each "
-            "sequence's last k prompt tokens (copies, no drafter pass), windowed and paired as the other steps")
+        meta["verify_cells"] = (
+            f"depths 1..=min({params.verify_depth}, COPY_POOLS) per width: the verify of each sequence's last k "
+            "prompt tokens (copies, no drafter pass), windowed and paired as the other steps")
     return SweepResult(cells, meta, verify_cells)
 
 
-def _step(fixture: StepFixture, task: Task, params: SweepParams) -> Callable[[], None]:
-    """The task's step as a no-argument call (drafts are made once, outside any window; copies past max_depth)."""
+def _step(fixture: StepFixture, task: Task) -> Callable[[], None]:
+    """The task's step as a no-argument call (drafts are made once, outside any window)."""
     if task.step == "draft":
         return lambda: fixture.draft_step(task.n, task.k, catchup_rows_for(task.k))
-    drafts = fixture.drafts(task.n, task.k) if task.k <= params.max_depth else fixture.copies(task.n, task.k)
+    drafts = fixture.copies(task.n, task.k) if task.step == "copy" else fixture.drafts(task.n, task.k)
     return lambda: fixture.verify_step(task.n, drafts)
 
 
 def _steps_for(fixture: StepFixture, task: Task, params: SweepParams, window_s: float) -> int:
     """Warm the cell up for params.warmup_s (at least two steps), then the steps that fill a window."""
-    step, warmup_s = _step(fixture, task, params), params.warmup_s
+    step, warmup_s = _step(fixture, task), params.warmup_s
     clock = WallMeter(device_sync(str(fixture.runner.device)))  # sizes windows; never gives a figure
     ran, start = 0, time.perf_counter()
     while ran < 2 or time.perf_counter() - start < warmup_s:
@@ -329,8 +332,8 @@ def _cell(n: int, k: int, series: dict[Task, Series], seconds: dict[Task, float]
 
 
 def _verify_cell(n: int, k: int, series: dict[Task, Series], seconds: dict[Task, float], energy: bool) -> VerifyCell:
-    """A verify-only cell's figures and spreads (its verify alone: no draft was made)."""
-    task = Task(n, k, "verify")
+    """A copy verify cell's figures and spreads (its verify alone: no draft was made)."""
+    task = Task(n, k, "copy")
     verify = series[task]
     joules = {"verify_j": _median(verify.joules), "verify_j_spread": iqr(verify.joules)} if energy else {}
     return VerifyCell(n, k, round_figure(seconds[task]), verify_s_spread=iqr(verify.seconds), **joules)

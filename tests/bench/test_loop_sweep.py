@@ -30,19 +30,52 @@ def test_every_cell_is_timed_and_makes_a_valid_table(micro):
     assert all(c.verify_s > 0 and (c.draft_s > 0) == (c.k > 0) for c in result.cells)
     assert all((c.catchup_s is not None) == (c.k > 0) for c in result.cells)  # measured for drafting cells
     assert result.meta["steps_counted_min"] > 0 and result.meta["method"].startswith("in-loop")
-    # past max_depth 2: the verify of 3 copies alone at each width
-    assert [(c.n, c.k) for c in result.verify_cells] == [(1, 3), (2, 3)]
+    # the verify of copies alone at 1..=3 at each width (verify_depth 3; max_depth 2 below it)
+    assert [(c.n, c.k) for c in result.verify_cells] == [(n, k) for n in (1, 2) for k in (1, 2, 3)]
     assert all(c.verify_s > 0 and c.verify_s_spread is not None for c in result.verify_cells)
-    assert "copies" in result.meta["verify_only_cells"]
+    assert "copies" in result.meta["verify_cells"]
     table = CostTable(TableKey("cpu-test-1t", "micro@t", "none", {"decode": "a", "verify": "b", "draft_mtp": "c"}),
                       result.cells, result.meta, result.verify_cells)
     assert CostTable.parse(table.to_toml()) == table
-    assert labels[-1][:2] == (2 * 4 * 3, 2 * 4 * 3)  # 6 cells and 2 verify-only, a warm-up and 2 repeats each
+    assert labels[-1][:2] == (2 * 6 * 3, 2 * 6 * 3)  # per width 3 cells and 3 copies, a warm-up and 2 repeats each
     copies = [label.rsplit(" ", 3)[1:] for _, _, label in labels if label.endswith(" copies")]
-    assert sorted(copies) == [["n=1", "k=3", "copies"]] * 3 + [["n=2", "k=3", "copies"]] * 3  # warm-up, 2 repeats
+    assert sorted(copies) == sorted([[f"n={n}", f"k={k}", "copies"] for n in (1, 2) for k in (1, 2, 3)] * 3)
     for repeat in (1, 2):  # a width's depths back to back: the width changes once per repeat
         widths = [label.split(" ")[2] for _, _, label in labels if label.startswith(f"repeat {repeat}/")]
         assert sum(a != b for a, b in zip(widths, widths[1:])) == 1
+
+
+def test_a_copy_cell_and_the_mtp_cell_at_one_depth_are_timed_by_decodes_of_their_own(micro, monkeypatch):
+    from dataclasses import replace
+
+    from met.bench import policies
+
+    runs, drafter_calls = [], [0]
+    run_once, draft_mtp = policies.run_once, ModelRunner.draft_mtp
+
+    def counted_draft(self, *args, **kwargs):
+        drafter_calls[0] += 1
+        return draft_mtp(self, *args, **kwargs)
+
+    def spy(runner, policy, *args, **kwargs):  # (width, policy, depth, drafter passes) of each decode
+        before = drafter_calls[0]
+        result = run_once(runner, policy, *args, **kwargs)
+        runs.append((runner.cache.max_batch, type(policy).__name__, getattr(policy, "depth", 0),
+                     drafter_calls[0] - before))
+        return result
+
+    monkeypatch.setattr(ModelRunner, "draft_mtp", counted_draft)
+    monkeypatch.setattr(policies, "run_once", spy)
+    result = measure_in_loop(micro, "micro@t", prompts(2), replace(PARAMS, repeats=1))
+    # at (n=1, k=2) the table holds both: the MTP cell and the verify of 2 copies
+    cell = next(c for c in result.cells if (c.n, c.k) == (1, 2))
+    copy = next(c for c in result.verify_cells if (c.n, c.k) == (1, 2))
+    assert cell.draft_s > 0 and copy.verify_s > 0
+    at = [(policy, passes) for n, policy, k, passes in runs if (n, k) == (1, 2)]
+    # each a warm-up and one repeat: the cell's decodes draft with MTP, the copy's never call the drafter
+    assert sorted(policy for policy, _ in at) == ["CopyFixedPolicy"] * 2 + ["MtpFixedPolicy"] * 2
+    assert all(passes > 0 for policy, passes in at if policy == "MtpFixedPolicy")
+    assert all(passes == 0 for policy, passes in at if policy == "CopyFixedPolicy")
 
 
 def test_a_decode_at_depth_k_drafts_k_for_every_sequence(micro):
@@ -51,11 +84,11 @@ def test_a_decode_at_depth_k_drafts_k_for_every_sequence(micro):
     assert run_cell(ModelRunner(micro, 2, 80), "micro@t", prompts(2), 0, tokens=24).catchup_s is None
 
 
-def test_a_verify_only_decode_verifies_k_copies_every_step_and_never_drafts(micro, monkeypatch):
+def test_a_copy_decode_verifies_k_copies_every_step_and_never_drafts(micro, monkeypatch):
     runner = ModelRunner(micro, 2, 80)
 
     def no_drafter(*args, **kwargs):
-        raise AssertionError("a verify-only cell makes no draft")
+        raise AssertionError("a copy verify cell makes no draft")
 
     verified = []
     verify = runner.verify

@@ -18,8 +18,8 @@ from met.exit_codes import (EX_CANTCREAT, EX_CONFIG, EX_DATAERR, EX_INTERRUPTED,
 from met.speculative.spec_cost import AcceptanceCalibration, CostTable
 
 runner = CliRunner()
-# Smaller than --quick: one repeat of tiny windows on short contexts, so each run takes about a second; one
-# verify-only depth (2) past the drafts.
+# Smaller than --quick: one repeat of tiny windows on short contexts, so each run takes about a second; copies
+# verified at depths 1..=2, beside the drafts' depth 1 and past it.
 FAST = ["--widths", "1,2", "--max-depth", "1", "--verify-depth", "2", "--context-len", "16", "--repeats", "1",
         "--window", "0.002"]
 
@@ -53,9 +53,12 @@ def test_quick_writes_a_table_and_calibration_that_parse(quick_run, micro_recipe
     assert (cal.drafter.kind, cal.drafter.name, cal.drafter.digest) == ("mtp", "micro-random", micro_recipe.digest)
     # no energy source: every cell was timed inside running decodes, not in windows of one step
     assert table.meta["method"].startswith("in-loop") and "window_s" not in table.meta
-    # --quick's verify depth 3, past its max depth 2: the verify of 3 copies alone at each width
-    assert [(c.n, c.k) for c in table.verify_cells] == [(1, 3), (2, 3)] and "verify_only_cells" in table.meta
-    assert table.verify_depth(1) == 3 and table.verify_cell(2, 3).verify_s > 0
+    # --quick's verify depth 3: the verify of copies alone at 1..=3 at each width (its max depth 2 below)
+    assert [(c.n, c.k) for c in table.verify_cells] == [(n, k) for n in (1, 2) for k in (1, 2, 3)]
+    assert "verify_cells" in table.meta and table.verify_depth(1) == 3
+    # at depth 2 a copy is priced at its own verify cell, not at the MTP cell's verify
+    copy = next(c for c in table.verify_cells if (c.n, c.k) == (2, 2))
+    assert table.verify_cell(2, 2) == copy and table.cell(2, 2).draft_s > 0
 
 
 def test_tables_check_accepts_the_table_on_this_box(quick_run, use_micro):
@@ -102,24 +105,30 @@ def test_second_run_reports_each_cells_change(use_micro, tmp_path):
     result = met("bench", "spec-cost", *FAST, "--no-calibrate", "--out", str(out))
     assert result.exit_code == EX_OK, result.output
     assert "n=2 k=1: verify " in result.stdout and "%)" in result.stdout
-    assert re.search(r"n=2 k=2 verify only: verify [0-9.]+ ms \([+-][0-9.]+%\)", result.stdout), result.stdout
-    assert f"wrote {out} (4 cells, 2 verify-only cells," in result.stdout
+    for k in (1, 2):  # each copy verify cell against the old table's
+        assert re.search(rf"n=2 k={k} copies: verify [0-9.]+ ms \([+-][0-9.]+%\)", result.stdout), result.stdout
+    assert f"wrote {out} (4 cells, 4 copy verify cells," in result.stdout
     assert not calibration_path(out).exists()
 
 
-def test_verify_depth_caps_the_verify_only_cells_and_0_measures_none(use_micro, tmp_path):
+def test_verify_depth_caps_the_copies_and_0_measures_none(use_micro, tmp_path):
     out = tmp_path / "t.toml"
     result = met("bench", "spec-cost", *FAST, "--verify-depth", "4", "--no-calibrate", "--out", str(out))
     assert result.exit_code == EX_OK, result.output
-    assert "copies verified to depth 4" in result.stderr  # the progress lines
+    assert "copies verified at depths 1..=4" in result.stderr  # the progress lines
     table = CostTable.parse(out.read_text())
-    assert [(c.n, c.k) for c in table.verify_cells] == [(n, k) for n in (1, 2) for k in (2, 3, 4)]
-    for depth in ("0", "1"):  # none, or not above --max-depth 1: no verify-only cells, nothing said of them
-        result = met("bench", "spec-cost", *FAST, "--verify-depth", depth, "--no-calibrate", "--out", str(out))
-        assert result.exit_code == EX_OK, result.output
-        table = CostTable.parse(out.read_text())
-        assert table.verify_cells == () and "verify_only_cells" not in table.meta
-        assert "copies verified" not in result.output and "verify-only" not in result.output
+    assert [(c.n, c.k) for c in table.verify_cells] == [(n, k) for n in (1, 2) for k in (1, 2, 3, 4)]
+    # not above --max-depth 1: still the verify of 1 copy, beside the cell at depth 1
+    result = met("bench", "spec-cost", *FAST, "--verify-depth", "1", "--no-calibrate", "--out", str(out))
+    assert result.exit_code == EX_OK, result.output
+    assert "copies verified at depths 1..=1" in result.stderr and "4 cells, 2 copy verify cells" in result.stdout
+    assert [(c.n, c.k) for c in CostTable.parse(out.read_text()).verify_cells] == [(1, 1), (2, 1)]
+    # 0: no verify cells, nothing said of them
+    result = met("bench", "spec-cost", *FAST, "--verify-depth", "0", "--no-calibrate", "--out", str(out))
+    assert result.exit_code == EX_OK, result.output
+    table = CostTable.parse(out.read_text())
+    assert table.verify_cells == () and "verify_cells" not in table.meta
+    assert "copies verified" not in result.output and "copy verify" not in result.output
 
 
 def test_lock_held_exits_75_and_leaves_the_table_untouched(use_micro, tmp_path):

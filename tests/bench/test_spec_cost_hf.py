@@ -64,7 +64,7 @@ def test_a_folder_without_a_tokenizer_is_timed_in_windows(tmp_path):
 @pytest.mark.parametrize("flag, message", [
     (["--max-depth", "2"], "has no MTP module, so there is no draft step to measure at --max-depth 2"),
     (["--calibrate"], "has no MTP drafter to calibrate; drop --calibrate"),
-    (["--verify-depth", "8"], "no measured planner copies past its depth (--verify-depth 8); drop --verify-depth"),
+    (["--verify-depth", "8"], "so there are no copies to verify (--verify-depth 8); drop --verify-depth"),
 ])
 def test_asking_a_folder_for_drafts_is_refused(folder, tmp_path, flag, message):
     # an explicit draft depth or calibration is refused (exit 2), not silently dropped; nothing is written

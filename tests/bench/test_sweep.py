@@ -51,27 +51,39 @@ def test_tasks_cover_every_cell_and_draft_only_above_zero():
     assert Task(4, 0, "verify") in found and Task(1, 0, "draft") not in found
 
 
-def test_tasks_verify_copies_past_max_depth_without_drafting_them():
+def test_tasks_verify_copies_from_depth_1_beside_the_cells_without_drafting_them():
     found = tasks(SweepParams(widths=(1, 4), max_depth=2, verify_depth=5))
-    # per width: the 5 tasks of depths 0..=2, then a verify alone at 3..=5 (COPY_POOLS: 16 at 1, 6 at 4)
-    assert len(found) == 2 * (5 + 3)
-    assert Task(1, 5, "verify") in found and Task(4, 5, "verify") in found and Task(1, 6, "verify") not in found
+    # per width: the 5 tasks of depths 0..=2, then a copy at 1..=5 (COPY_POOLS: 16 at 1, 6 at 4)
+    assert len(found) == 2 * (5 + 5)
+    assert {t.k for t in found if t.step == "copy"} == {1, 2, 3, 4, 5}
+    # at depth 2 the MTP verify and the copy are two tasks; past 2 only the copy
+    assert Task(1, 2, "verify") in found and Task(1, 2, "copy") in found and Task(4, 5, "copy") in found
+    assert Task(1, 3, "verify") not in found and Task(1, 6, "copy") not in found
     assert not [t for t in found if t.step == "draft" and t.k > 2]
+    assert Task(1, 3, "copy").label == "n=1 k=3 copies" and Task(1, 3, "draft").label == "n=1 k=3 draft"
 
 
 @pytest.mark.parametrize(("change", "depths"), [
-    ({}, {1: range(5, 17), 2: range(5, 9), 4: range(5, 7), 8: range(0), 16: range(0)}),  # COPY_POOLS caps each width
-    ({"verify_depth": 6}, {1: range(5, 7), 2: range(5, 7), 4: range(5, 7), 8: range(0), 16: range(0)}),
-    ({"verify_depth": 4}, dict.fromkeys((1, 2, 4, 8, 16), range(0))),  # not above max_depth: none
+    ({}, {1: range(1, 17), 2: range(1, 9), 4: range(1, 7), 8: range(1, 5), 16: range(1, 3)}),  # COPY_POOLS caps
+    ({"verify_depth": 6}, {1: range(1, 7), 2: range(1, 7), 4: range(1, 7), 8: range(1, 5), 16: range(1, 3)}),
+    ({"verify_depth": 3}, dict.fromkeys((1, 2, 4, 8, 16), range(1, 4)) | {16: range(1, 3)}),  # under max_depth 4
+    ({"verify_depth": 0}, dict.fromkeys((1, 2, 4, 8, 16), range(0))),  # none
     ({"max_depth": 0}, dict.fromkeys((1, 2, 4, 8, 16), range(0))),  # no drafter: the planner copies nothing
-    ({"max_depth": 1, "widths": (3, 12, 300)}, {3: range(2, 7), 12: range(2, 3), 300: range(0)}),
+    ({"max_depth": 1, "widths": (3, 12, 300)}, {3: range(1, 7), 12: range(1, 3), 300: range(0)}),
 ])
-def test_verify_only_depths_run_past_max_depth_as_deep_as_copies_go(change, depths):
+def test_copy_depths_run_from_1_as_deep_as_copies_go(change, depths):
     params = SweepParams(**change)
-    assert {n: params.verify_only_depths(n) for n in params.widths} == depths
+    assert {n: params.copy_depths(n) for n in params.widths} == depths
+    assert params.deepest_copy == max((len(d) for d in depths.values()), default=0)
     deepest = max([params.max_depth, *(d[-1] for d in depths.values() if d)])
     assert params.deepest_verify == deepest
     assert params.cache_len == params.context_len + params.catchup_rows + deepest + 1
+
+
+def test_quick_verifies_copies_at_1_to_3_at_both_widths():
+    from met.bench.sweep import QUICK
+
+    assert [QUICK.copy_depths(n) for n in QUICK.widths] == [range(1, 4), range(1, 4)]  # max_depth 2 below 3
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -101,9 +113,9 @@ def test_check_fits_names_the_limit(micro_model):
     check_fits(micro_model.cfg, SweepParams(context_len=108, max_depth=2))
     with pytest.raises(ValueError, match=r"depth 16 \+ 1 = 129 tokens .* or --verify-depth"):
         check_fits(micro_model.cfg, SweepParams(context_len=109, max_depth=2))
-    # a DFlash drafter's cells price its own depths: verify-only cells are refused, none is fine
+    # a DFlash drafter's cells price its own steps: copies are refused, even under max_depth; none is fine
     with pytest.raises(ValueError, match="pass --verify-depth 0"):
-        check_fits(micro_model.cfg, SweepParams(context_len=16, max_depth=2, verify_depth=3), block=4)
+        check_fits(micro_model.cfg, SweepParams(context_len=16, max_depth=2, verify_depth=1), block=4)
     check_fits(micro_model.cfg, SweepParams(context_len=16, max_depth=2, verify_depth=0), block=4)
 
 
@@ -151,17 +163,19 @@ def test_measure_writes_cells_that_make_a_valid_table(micro_model):
     assert [(c.n, c.k) for c in result.cells] == [(n, k) for n in (1, 2) for k in range(3)]
     assert all(c.verify_s > 0 and (c.draft_s > 0) == (c.k > 0) for c in result.cells)
     assert all(c.verify_j is None and c.verify_s_spread is not None for c in result.cells)
-    # past max_depth 2, the verify alone of copies at 3..=4 at both widths
-    assert [(c.n, c.k) for c in result.verify_cells] == [(1, 3), (1, 4), (2, 3), (2, 4)]
+    # the verify alone of copies at 1..=4 at both widths: beside the cells at 1..=2, past them at 3..=4
+    assert [(c.n, c.k) for c in result.verify_cells] == [(n, k) for n in (1, 2) for k in range(1, 5)]
     assert all(c.verify_s > 0 and c.verify_j is None and c.verify_s_spread is not None for c in result.verify_cells)
-    assert "last k prompt tokens" in result.meta["verify_only_cells"]
+    assert "last k prompt tokens" in result.meta["verify_cells"]
     table = CostTable(TableKey("cpu-test-1t", "micro@0", "none", {"decode": "a", "verify": "b"}), result.cells,
                       result.meta, result.verify_cells)
     assert CostTable.parse(table.to_toml()) == table and table.verify_depth(1) == 4
+    assert table.verify_cell(1, 2) in result.verify_cells  # a copy 2 deep is priced at its own verify cell
     total = len(tasks(TINY)) * (TINY.repeats + 1)
     assert labels[-1][:2] == (total, total)
-    copies = [lab for _, _, lab in labels if lab.endswith("verify (copies)")]
-    assert len(copies) == 4 * (TINY.repeats + 1) and all(" k=3 " in c or " k=4 " in c for c in copies)
+    copies = [lab for _, _, lab in labels if lab.endswith(" copies")]
+    assert len(copies) == 8 * (TINY.repeats + 1)
+    assert {c.rsplit(" ", 2)[1] for c in copies} == {"k=1", "k=2", "k=3", "k=4"}
     # interleaved: each repeat visits every task once, in its own order
     repeats = [[lab.split(" ", 2)[2] for _, _, lab in labels if lab.startswith(f"repeat {r}/")] for r in (1, 2)]
     assert sorted(repeats[0]) == sorted(repeats[1]) and repeats[0] != repeats[1]
@@ -205,7 +219,8 @@ def test_measure_with_energy_records_joules_and_retries_a_refused_window(micro_m
     result = measure(micro_model, FakeEnergyMeter(refusals=1), params)
     assert all(c.verify_j and c.verify_j > 0 for c in result.cells)
     assert result.cells[1].draft_j > 0 and result.cells[0].draft_j == 0.0
-    assert [(c.n, c.k) for c in result.verify_cells] == [(1, 2)] and result.verify_cells[0].verify_j > 0
+    assert [(c.n, c.k) for c in result.verify_cells] == [(1, 1), (1, 2)]
+    assert all(c.verify_j > 0 for c in result.verify_cells)
     with pytest.raises(EnergyReadError):
         measure(micro_model, FakeEnergyMeter(refusals=100), params)
 
@@ -227,3 +242,15 @@ def test_measure_on_cuda_in_bfloat16(micro_recipe):
     result = measure(model, WallMeter(device_sync("cuda")), TINY)
     table = CostTable(TableKey("nvidia-test", "micro@0", "none", {"decode": "a"}), result.cells, result.meta)
     assert CostTable.parse(table.to_toml()) == table
+
+
+def test_a_copy_task_verifies_copies_and_a_verify_task_the_drafters_drafts_at_the_same_depth(micro_model):
+    from met.bench.sweep import _step
+
+    fixture = StepFixture(ModelRunner(micro_model, 1, 32), [[1, 2, 3, 4, 5, 6]], catchup_rows=3)
+    verified = []
+    fixture.verify_step = lambda width, drafts: verified.append([d.tokens for d in drafts])
+    _step(fixture, Task(1, 2, "copy"))()
+    _step(fixture, Task(1, 2, "verify"))()
+    # the copy: the prompt's last 2 tokens, no drafter pass; the verify: the MTP drafter's 2 drafts
+    assert verified[0] == [[5, 6]] and verified[1] == [fixture.drafts(1, 2)[0].tokens]
