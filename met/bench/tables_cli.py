@@ -136,7 +136,7 @@ def _check_one(path: Path, no_key: bool, recipe: str, box_class: str | None, dev
         typer.echo(f"{path}: valid cost table: box_class '{k.box_class}', recipe '{k.recipe}', "
                    f"energy_source '{k.energy_source}', modes {', '.join(k.modes)}; widths "
                    f"{', '.join(map(str, parsed.widths))} at depths 0..={parsed.kmax} ({len(parsed.cells)} cells)"
-                   + _verify_only_summary(parsed))
+                   + _copies_summary(parsed))
     else:
         typer.echo(f"{path}: valid calibration for drafter {parsed.drafter}: {parsed.outcomes} outcomes, "
                    f"{len(parsed.bins)} confidence bins, {len(parsed.position_priors)} position priors, "
@@ -144,12 +144,16 @@ def _check_one(path: Path, no_key: bool, recipe: str, box_class: str | None, dev
     return EX_OK
 
 
-def _verify_only_summary(table: CostTable) -> str:
-    """"; verify only to k=16 at n=1, k=8 at n=2 (20 cells)", or "" for a table without verify-only cells."""
+def _copies_summary(table: CostTable) -> str:
+    """"; copies verified at k=1..16 at n=1, k=1..8 at n=2, k=1 at n=16 (25 cells)", or "" without verify cells."""
     if not table.verify_cells:
         return ""
-    deepest = [f"k={table.verify_depth(n)} at n={n}" for n in table.widths if table.verify_depth(n) > table.kmax]
-    return f"; verify only to {', '.join(deepest)} ({len(table.verify_cells)} cells)"
+    runs = []
+    for n in table.widths:
+        depths = [c.k for c in table.verify_cells if c.n == n]  # sorted by (n, k): a width's run, shallowest first
+        if depths:
+            runs.append(f"k={depths[0]}..{depths[-1]} at n={n}" if len(depths) > 1 else f"k={depths[0]} at n={n}")
+    return f"; copies verified at {', '.join(runs)} ({len(table.verify_cells)} cells)"
 
 
 def key_mismatches(parsed: CostTable | AcceptanceCalibration, recipe: str, box_class: str | None,
@@ -225,8 +229,8 @@ def measured_ago(meta: Mapping[str, object], now: datetime | None = None) -> str
 
 @tables_app.command("show")
 def show(path: TableArg, calibration: CalibrationOpt = None, slack: SlackOpt = 0.1) -> None:
-    """Show a cost table per width: cost per depth (past kmax, the verify-only cells' verify of copies), and with
-    --calibration what each depth delivers.
+    """Show a cost table per width: cost per depth (the verify and draft of the drafter's cells to kmax, the verify
+    of copies where measured), and with --calibration what each depth delivers.
 
     Exit statuses: 0 shown; 2 bad option; 65 (EX_DATAERR) the file (or --calibration) is invalid, or
     is a calibration where a table belongs (or the reverse); 66 (EX_NOINPUT) a file is missing.
@@ -305,34 +309,38 @@ def _grid(title: str, headers: list[str], rows: list[list[str]]) -> Table:
 
 
 def _width_table(table: CostTable, cal: AcceptanceCalibration | None, n: int, slack: float) -> Table:
-    """One width's rows: seconds in ms, joules as measured, and what each depth delivers; then its verify-only
-    cells' verify (no draft, nothing planned)."""
+    """One width's rows: seconds in ms, joules as measured, and what each depth delivers; beside them the verify of
+    copies where the table measured it (past kmax, alone: nothing drafted there, nothing planned).
+
+    One rule for every row: the drafter's cell (verify, draft) to kmax, the copy verify cell where there is one,
+    "-" where there is none (a copy there is priced at the cell's verify ms).
+    """
+    copies = {c.k: c for c in table.verify_cells if c.n == n}
+    deepest = max([table.kmax, *copies])
     catchups = any(table.cell(n, k).catchup_s is not None for k in range(1, table.kmax + 1))
     headers = ["k", "verify ms", "draft ms"] + (["catch-up us/row"] if catchups else [])
-    headers += ["verify J", "draft J"] if table.has_energy else []
+    headers += ["copy verify ms"] if copies else []
+    headers += ["verify J", "draft J"] + (["copy J"] if copies else []) if table.has_energy else []
     if cal is not None:
         headers += ["E tokens", "tok/s"] + (["tok/J"] if table.has_energy else []) + ["plan"]
     estimates = estimate_depths(table, cal, n, None) if cal is not None else []
     chosen = choose(estimates, slack).k if estimates else None
     rows = []
-    for k in range(table.kmax + 1):
-        cell = table.cell(n, k)
-        row = [str(k), f"{cell.verify_s * 1e3:.4g}", f"{cell.draft_s * 1e3:.4g}"]
+    for k in range(deepest + 1):
+        cell, copy = table.cell(n, k) if k <= table.kmax else None, copies.get(k)
+        row = [str(k), *(["-", "-"] if cell is None else [f"{cell.verify_s * 1e3:.4g}", f"{cell.draft_s * 1e3:.4g}"])]
         if catchups:
-            row.append("-" if cell.catchup_s is None else f"{cell.catchup_s * 1e6:.4g}")
+            row.append("-" if cell is None or cell.catchup_s is None else f"{cell.catchup_s * 1e6:.4g}")
+        if copies:
+            row.append("-" if copy is None else f"{copy.verify_s * 1e3:.4g}")
         if table.has_energy:
-            row += [f"{cell.verify_j:.4g}", f"{cell.draft_j:.4g}"]
-        if estimates:
+            row += ["-", "-"] if cell is None else [f"{cell.verify_j:.4g}", f"{cell.draft_j:.4g}"]
+            row += ["-" if copy is None else f"{copy.verify_j:.4g}"] if copies else []
+        if estimates and cell is not None:
             e = estimates[k]
             row += [f"{e.expected_tokens:.3f}", f"{e.tokens_per_s:.4g}"]
             row += [f"{e.tokens_per_j:.4g}"] if table.has_energy else []
             row.append("◀" if k == chosen else "")
-        rows.append(row)
-    deepest = table.verify_depth(n)
-    for k in range(table.kmax + 1, deepest + 1):  # verify-only: the verify of k copies, nothing drafted
-        cell = table.verify_cell(n, k)
-        row = [str(k), f"{cell.verify_s * 1e3:.4g}", "-"] + (["-"] if catchups else [])
-        row += [f"{cell.verify_j:.4g}", "-"] if table.has_energy else []
         rows.append(row + ["-"] * (len(headers) - len(row)))
-    title = f"width n = {n}" + (f", verify only past k = {table.kmax} (copies)" if deepest > table.kmax else "")
+    title = f"width n = {n}" + (f", copies priced to k = {deepest}" if copies else "")
     return _grid(title, headers, rows)

@@ -191,26 +191,61 @@ def test_check_refuses_a_bad_calibration(tmp_path):
     assert code == EX_DATAERR and "bins[0].outcomes: 40 is out of range (expected 100..=" in err
 
 
-# TABLE with the verify of copies past its kmax 1: to k = 3 at width 1, k = 2 at width 8.
+# TABLE with the verify of copies past its kmax 1 (as tables were measured before copies were verified from
+# k = 1): to k = 3 at width 1, k = 2 at width 8.
 VERIFY_CELLS = "".join(f"\n[[verify_cells]]\nn = {n}\nk = {k}\nverify_s = {s}\nverify_j = {j}\n"
                        for n, k, s, j in ((1, 2, 0.0081, 2.1), (1, 3, 0.0088, 2.25), (8, 2, 0.013, 3.3)))
+# TABLE with the verify of copies from k = 1, to k = 3, at width 1 (none at width 8): at k = 1 beside the cell.
+COPIES = "".join(f"\n[[verify_cells]]\nn = 1\nk = {k}\nverify_s = {s}\nverify_j = {j}\n"
+                 for k, s, j in ((1, 0.0069, 1.8), (2, 0.0081, 2.1), (3, 0.0088, 2.25)))
 
 
-def test_check_counts_the_verify_only_cells(tmp_path):
+def test_check_says_at_which_depths_copies_were_verified(tmp_path):
     code, out, _ = check(write(tmp_path, TABLE + VERIFY_CELLS))
-    assert code == EX_OK and "at depths 0..=1 (4 cells); verify only to k=3 at n=1, k=2 at n=8 (3 cells)" in out
-    assert "verify only" not in check(write(tmp_path, TABLE))[1]
+    assert code == EX_OK and "at depths 0..=1 (4 cells); copies verified at k=2..3 at n=1, k=2 at n=8 (3 cells)" in out
+    code, out, _ = check(write(tmp_path, TABLE + COPIES))
+    assert code == EX_OK and "(4 cells); copies verified at k=1..3 at n=1 (3 cells)" in out
+    assert "copies" not in check(write(tmp_path, TABLE))[1]
 
 
-def test_show_prints_the_verify_only_cells_below_each_widths_depths(tmp_path):
+def test_show_prints_the_verify_of_copies_past_kmax_in_the_copy_columns(tmp_path):
     result = tables("show", str(write(tmp_path, TABLE + VERIFY_CELLS)))
     assert result.exit_code == EX_OK, result.output
     rows = [line.split() for line in result.stdout.splitlines()]
-    # k, verify ms, draft ms, verify J, draft J: a verify-only cell drafts nothing
-    assert ["2", "8.1", "-", "2.1", "-"] in rows and ["3", "8.8", "-", "2.25", "-"] in rows
-    assert ["2", "13", "-", "3.3", "-"] in rows
-    assert result.stdout.count("verify only past k = 1") == 2
-    assert "verify only" not in tables("show", str(write(tmp_path, TABLE))).stdout
+    # k, verify ms, draft ms, copy verify ms, verify J, draft J, copy J: no cell past kmax, no copy cell to it
+    assert ["1", "7.4", "1.2", "-", "2", "0.3", "-"] in rows
+    assert ["2", "-", "-", "8.1", "-", "-", "2.1"] in rows and ["3", "-", "-", "8.8", "-", "-", "2.25"] in rows
+    assert ["2", "-", "-", "13", "-", "-", "3.3"] in rows
+    assert "width n = 1, copies priced to k = 3" in result.stdout and "width n = 8, copies priced to k = 2" in result.stdout
+    assert result.stdout.count("copy verify") == 2 and result.stdout.count("copy J") == 2
+    plain = tables("show", str(write(tmp_path, TABLE))).stdout
+    assert "copy" not in plain and "priced" not in plain
+
+
+def test_show_prints_the_verify_of_copies_beside_the_cells_where_measured(tmp_path):
+    result = tables("show", str(write(tmp_path, TABLE + COPIES)))
+    assert result.exit_code == EX_OK, result.output
+    rows = [line.split() for line in result.stdout.splitlines()]
+    # width 1: the copy at k = 1 beside the cell's verify and draft; no copy at k = 0 (a plain step)
+    assert ["0", "7.1", "0", "-", "1.9", "0", "-"] in rows and ["1", "7.4", "1.2", "6.9", "2", "0.3", "1.8"] in rows
+    assert ["3", "-", "-", "8.8", "-", "-", "2.25"] in rows
+    # width 8 has no verify cells: its grid as a table without any
+    assert ["1", "11", "1.5", "3", "0.4"] in rows and re.search(r"width n = 8 *\n", result.stdout)
+    assert "width n = 1, copies priced to k = 3" in result.stdout and result.stdout.count("copy verify") == 1
+
+
+def test_show_gives_the_shipped_tables_a_copy_column_where_they_verified_copies():
+    from pathlib import Path
+
+    shipped = sorted((Path(__file__).parents[2] / "tables").glob("*/*.toml"))
+    shipped = [p for p in shipped if not p.name.endswith(".calibration.toml")]
+    assert shipped
+    for path in shipped:
+        table = CostTable.parse(path.read_text())
+        result = tables("show", str(path))
+        assert result.exit_code == EX_OK, result.output
+        assert result.stdout.count("copies priced to k = ") == len({c.n for c in table.verify_cells})
+        assert result.stdout.count("width n = ") == len(table.widths)
 
 
 def test_show_prints_each_width(tmp_path):
@@ -356,7 +391,7 @@ def test_check_counts_and_show_prints_prompt_lookups_bins(tmp_path):
     assert "prompt-lookup copies" not in plain.stdout
 
 
-def test_show_plans_copies_past_kmax_where_the_table_has_verify_only_cells(tmp_path):
+def test_show_plans_copies_past_kmax_where_the_table_has_verify_cells_there(tmp_path):
     from dataclasses import replace
 
     from met.speculative.spec_cost import LookupBin
