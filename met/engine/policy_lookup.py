@@ -5,7 +5,7 @@ match does it copy from the shared lookup cache of its scope (the scheduler wire
 The depth asked is lookup_depth, clamped by capacity; prompt-lookup's adaptive window may
 propose fewer, and a sequence with no match verifies no drafts (a plain row in the same step).
 
-Fixed copies (`met bench spec-cost`'s verify-only cells): every step verifies exactly the
+Fixed copies (`met bench spec-cost`'s copy verify cells): every step verifies exactly the
 clamped depth of copies per sequence, its own history's matched copy (as the measured planner
 weighs it), cycled, else its last tokens: what verifying copies that deep costs in a running decode.
 """

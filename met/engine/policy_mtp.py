@@ -30,8 +30,8 @@ wins, the step verifies the copies, as deep as the plan chose (a sequence withou
 one token, in a mixed step one that drafts drafts without replans), and a copy leaves no
 confidences: the next plan reads the priors for it, as after a plain step. Copies come from the
 sequence's own history only (the calibration judged those), never the shared lookup cache. A
-copy has no drafter depth: it goes as deep as the table prices verifies (its verify-only cells
-past kmax, CostTable.verify_depth) and the copy pools hold (spec_capacity.COPY_POOLS: 16 at
+copy has no drafter depth: it goes as deep as the table prices verifies (its verify cells,
+CostTable.verify_depth) and the copy pools hold (spec_capacity.COPY_POOLS: 16 at
 width 1), where the MTP drafts stop at kmax; a mixed step drafts, so it stays within kmax.
 A plain step leaves no confidences, so the next plan reads the priors; where the priors favour
 plain decode the planner would never draft again, however predictable the text became. So after

@@ -9,8 +9,8 @@ Invariants:
 - A table is used only under the key it was measured under (TableKey.check), a calibration only
   for the drafter it was fitted on (DrafterKey); a mismatch is refused, never approximated.
 - A parsed table has, for every width, a cell at every depth 0..=kmax, all with finite positive
-  costs (CostTable.parse), and optionally verify-only cells deeper (a width's run from kmax + 1 to
-  its deepest: what verifying copies costs); parse raises only TableParseError, whatever the text.
+  costs (CostTable.parse), and optionally verify cells (a width's run from k = 1, or kmax + 1, to
+  its deepest: what verifying copies costs, past kmax too); parse raises only TableParseError, whatever the text.
 - Costs between measured widths are linear in width; outside the range, the nearest width's.
 """
 

@@ -1,4 +1,4 @@
-"""The measured cost table: one Cell per (width, depth), verify-only cells deeper, validated, interpolated in width."""
+"""The measured cost table: one Cell per (width, depth), the verify of copies (VerifyCell), validated, interpolated in width."""
 
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
