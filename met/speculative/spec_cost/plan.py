@@ -36,9 +36,10 @@ accepted drafts. The plan then weighs both: drafting at depths 1..kmax and copyi
 Worked example, width 1: plain 2.5 ms; drafting 3 costs verify 4.2 + draft 2.4 ms for 2.7
 expected tokens, 413 tok/s; a copy whose bin expects 1.9 accepted drafts at depth 3 costs 4.2 ms
 for 2.9 tokens, 690 tok/s: the step copies. A copy has no drafter depth to stop at: it may go as
-deep as the table's verify cells price (CostTable.verify_cell; copy_kmax), where a long
-match's copy holds: at depth 12 a verify of 6 ms for 8 expected accepted drafts, 1500 tok/s. A copy's step leaves the drafter's block behind by the
-tokens it emitted, which the next drafting step catches up as it does after any step. At widths
+deep as the table's verify cells price (CostTable.verify_cell; copy_kmax), where a long match's
+copy holds: at depth 12 a verify of 6 ms for 8 expected accepted drafts, 1500 tok/s. A copy's step
+leaves the drafter's block behind by the tokens it emitted, which the next drafting step catches
+up as it does after any step. At widths
 above 1 it also weighs a mixed step (estimate_mixed): the sequences whose copy expects at least
 what their drafts do copy, the others draft, at the verify of the whole width plus the draft of
 those that draft (a cell of their width).

@@ -1,4 +1,4 @@
-"""The measured cost table: one Cell per (width, depth), the verify of copies (VerifyCell), validated, interpolated in width."""
+"""The measured cost table: a Cell per (width, depth), the verify of copies (VerifyCell), interpolated in width."""
 
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
@@ -264,9 +264,11 @@ class CostTable:
     def step_joules(self, n: int, k: int, drafted: bool = True, draft_width: int | None = None) -> float | None:
         """Joules of a step that verified k drafts per sequence at width n (and drafted them, unless a host did).
 
-        None when the table has no energy. A step that drafted nothing may be as deep as verify_depth(n). Priced at the deepest drafts verified: drafts made and then
+        None when the table has no energy. Priced at the deepest drafts verified: drafts made and then
         dropped before the verify are not priced. draft_width: how many of the n sequences the
         drafter drafted for (the rest copied, or had no room), priced at that width's draft; None: all n.
+        A step that drafted for none is priced at the verify of copies (verify_cell), as deep as
+        verify_depth(n).
         """
         cell = self.verify_cell(n, k) if not drafted or draft_width == 0 else self.cell(n, k)
         if cell.verify_j is None:
