@@ -5,8 +5,8 @@ plus the bonus token, so k <= max_len - current_len - 1) and the verify pool of 
 width tier (the preallocated verify buffers hold so many drafts per sequence). The default
 pools are sized for the MTP drafter; a block drafter's are sized by its rung
 (dflash_rung.verify_pools), so that they hold every gamma the rung chooses, and the measured
-planner's copies have the same (COPY_POOLS). The serial verify
-path runs only some depths (its arms); it takes the largest arm not above the clamp.
+planner's copies have the same (COPY_POOLS). The serial verify path runs only some depths (its
+arms); it takes the largest arm not above the clamp.
 """
 
 from collections.abc import Sequence
@@ -49,7 +49,7 @@ COPY_POOLS = VerifyPools(((1, 16), (2, 8), (4, 6), (8, 4), (16, 2), (MAX_POOL_WI
 """The measured planner's pools for copies (prompt lookup's, verified without a drafter pass): a copy is
 verified as a block drafter's gamma is, so they are the DFlash rung's default pools for a 16-token block
 (dflash_rung.verify_pools): 16 at width 1, 8 at 2, 6 at 3..=4, 4 at 5..=8, 2 at 9..=16, 1 beyond.
-`met bench spec-cost` measures the verify past the MTP depth as deep as these hold."""
+`met bench spec-cost` measures the verify of copies as deep as these hold."""
 
 
 def kv_room(current_len: int, max_len: int) -> int:
