@@ -19,9 +19,10 @@ def test_langchain_openai_defaults_are_served(model):
         got = _client(srv.url).completions.create(
             model=MODEL, prompt=["def f(x):"], temperature=0.7, top_p=1, frequency_penalty=0, presence_penalty=0, n=1,
             logit_bias={}, seed=None, logprobs=None, max_tokens=8)
-        # served, not refused: sampled without a seed, the text may end at EOS before max_tokens
+        # served, not refused: sampled without a seed, the text may end at EOS before max_tokens, even at once
+        # (0 tokens, "stop": it did in a clean-clone CI run)
         choice = got.choices[0]
-        assert 1 <= got.usage.completion_tokens <= 8 and choice.finish_reason in ("stop", "length")
+        assert 0 <= got.usage.completion_tokens <= 8 and choice.finish_reason in ("stop", "length")
         assert (choice.finish_reason == "length") == (got.usage.completion_tokens == 8)
         # a bias that would change the text is still refused, by name
         r = httpx.post(f"{srv.url}/v1/completions", json={"model": MODEL, "prompt": "a", "logit_bias": {"50": 5}})
