@@ -2,7 +2,8 @@
 # GPU check of `met bench spec-cost`, in a few minutes on a fresh CUDA box with the repo copied onto it:
 #   1. install met from this checkout (offline-tolerant: no dependencies fetched) and check its imports;
 #   2. run the GPU tests (pytest -m gpu);
-#   3. run a short NVML sweep (plus the drafter's calibration) and check the table it writes;
+#   3. run a short NVML sweep (plus the drafter's calibration) and check the table it writes: drafting cells to
+#      depth 3, the verify of copies to 16 at width 1 (6 at 4, 2 at 16), which on a GPU is nearly flat in depth;
 #   4. run a short `met bench policies` on the GPU against that table (issue 7's ratios, with J/token).
 # A box that cannot fetch packages needs the wheels of scripts/gpu_wheels.sh (run it where pip works) in .whl/:
 # they are installed first. Usage: scripts/gpu_check.sh [OUTDIR]   (default: tables/). Writes OUTDIR/<box_class>/met-tiny-py.toml,
@@ -60,7 +61,8 @@ assert torch.cuda.is_available(), "torch sees no CUDA device"; print(box_class("
     exit 1
 fi
 TABLE="$OUTDIR/$BOX/met-tiny-py.toml"
-SWEEP=(--device cuda --widths 1,4,16 --max-depth 3 --repeats 3 --window 1.0 --context-len 256 --out "$TABLE")
+SWEEP=(--device cuda --widths 1,4,16 --max-depth 3 --verify-depth 16 --repeats 3 --window 1.0 --context-len 256
+       --out "$TABLE")
 say "short NVML sweep -> $TABLE"
 start=$SECONDS
 run met bench spec-cost --energy nvml "${SWEEP[@]}"
