@@ -136,7 +136,8 @@ class CostTable:
     verify_cells: tuple[VerifyCell, ...] | Iterable[VerifyCell] = ()
     _index: dict[tuple[int, int], Cell] = field(init=False, repr=False, compare=False)
     _copies: dict[tuple[int, int], VerifyCell] = field(init=False, repr=False, compare=False)  # measured verify cells
-    _copies_between: dict[tuple[int, int], Cell | VerifyCell] = field(init=False, repr=False, compare=False)
+    # verify_cell's other answers (a cell where no verify cell was measured, or interpolated), made once
+    _copies_made: dict[tuple[int, int], Cell | VerifyCell] = field(init=False, repr=False, compare=False)
     _widths: tuple[int, ...] = field(init=False, repr=False, compare=False)  # the planner asks every step
     _between: dict[tuple[int, int], Cell] = field(init=False, repr=False, compare=False)  # interpolated, made once
     _deepest: dict[int, int] = field(init=False, repr=False, compare=False)  # measured widths' deepest verify cells
@@ -170,7 +171,7 @@ class CostTable:
         object.__setattr__(self, "meta", MappingProxyType(fields.meta(self.meta)))
         object.__setattr__(self, "_index", {(c.n, c.k): c for c in self.cells})
         object.__setattr__(self, "_copies", {(c.n, c.k): c for c in self.verify_cells})
-        object.__setattr__(self, "_copies_between", {})
+        object.__setattr__(self, "_copies_made", {})
         object.__setattr__(self, "_widths", widths)
         object.__setattr__(self, "_between", {})
         deepest = {c.n: c.k for c in self.verify_cells}  # sorted by (n, k): each width's last is its deepest
@@ -241,7 +242,7 @@ class CostTable:
         with a verify cell at k and one without, the verify cell and the other's cell are interpolated.
         """
         if type(n) is int and type(k) is int:
-            known = self._copies.get((n, k)) or self._copies_between.get((n, k))
+            known = self._copies.get((n, k)) or self._copies_made.get((n, k))
             if known is not None:
                 return known
         _check_width(n)
@@ -251,14 +252,14 @@ class CostTable:
         widths = self.widths
         i = bisect_left(widths, n)
         if k == 0 or (i < len(widths) and widths[i] == n):
-            return self.cell(n, k)  # a plain step; or no verify cell here (measured ones were found above)
-        if i == 0 or i == len(widths):
+            made = self.cell(n, k)  # a plain step; or no verify cell here (measured ones were found above)
+        elif i == 0 or i == len(widths):
             end = widths[0 if i == 0 else -1]
             made = replace(self._copies.get((end, k)) or self._index[end, k], n=n)
         else:
             lo, hi = (self._copies.get((w, k)) or self._index[w, k] for w in (widths[i - 1], widths[i]))
             made = _between(lo, hi, n, k)
-        self._copies_between[n, k] = made
+        self._copies_made[n, k] = made
         return made
 
     def step_joules(self, n: int, k: int, drafted: bool = True, draft_width: int | None = None) -> float | None:
