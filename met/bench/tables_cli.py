@@ -22,10 +22,9 @@ from rich.table import Table
 
 from met.exit_codes import EX_CONFIG, EX_DATAERR, EX_NOINPUT, EX_OK
 from met.path_option import nonempty_model, nonempty_path
-from met.speculative.spec_capacity import COPY_POOLS
 from met.speculative.spec_cost import AcceptanceCalibration, CostTable, DrafterMismatch, LookupBin, TableParseError
 from met.speculative.spec_cost import fields
-from met.speculative.spec_cost.plan import choose, estimate_depths, plan_depth
+from met.speculative.spec_cost.plan import choose, copy_depth, estimate_depths, plan_depth
 
 tables_app = typer.Typer(help="Check and show measured cost tables.", no_args_is_help=True, rich_markup_mode=None)
 
@@ -284,7 +283,7 @@ def _copy_plans_table(cal: AcceptanceCalibration, table: CostTable, slack: float
     for b in cal.lookup:
         plans = []
         for n in table.widths:
-            deepest = min(table.verify_depth(n), COPY_POOLS.max_drafts(n))
+            deepest = copy_depth(table, n)
             copy = cal.copy_accepted_by_depth(b.min_match, deepest, deepest)
             plans.append(plan_depth(table, cal, n, None, slack, copies=[copy] * n, copy_kmax=deepest))
         rows.append([_match(b), *(f"copy k={d.k}" if d.source == "lookup" else f"k={d.k}" for d in plans)])

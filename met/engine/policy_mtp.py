@@ -65,6 +65,7 @@ from met.speculative.mtp_gate import MtpGate, Mode
 from met.speculative.spec_capacity import COPY_POOLS, VerifyPools
 from met.speculative.spec_cost import SpecCostState
 from met.speculative.spec_cost.lookup import LOOKUP_MAX_NGRAM
+from met.speculative.spec_cost.plan import copy_depth
 
 
 def _draft(runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan,
@@ -134,8 +135,8 @@ class MtpPlannedPolicy:
         return min(self.state.table.kmax, self.num_drafts, self.pools.max_drafts(width))
 
     def copy_kmax(self, width: int) -> int:
-        """The deepest a step of this width copies: the table's verify cells' and the copy pool's, the lesser."""
-        return min(self.state.table.verify_depth(width), COPY_POOLS.max_drafts(width))
+        """The deepest a step of this width copies (plan.copy_depth: the table's verify depth and the copy pool)."""
+        return copy_depth(self.state.table, width)
 
     def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
         width = len(seqs)

@@ -51,6 +51,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from met.speculative.catchup import catchup_groups
+from met.speculative.spec_capacity import COPY_POOLS
 from met.speculative.spec_cost.calibration import AcceptanceCalibration
 from met.speculative.spec_cost.table import CostTable
 
@@ -197,6 +198,11 @@ def choose(estimates: Sequence[DepthEstimate], slack: float) -> PlanDecision:
                                             or (e.tokens_per_j == chosen.tokens_per_j and e.k < chosen.k)):
                 chosen = e
     return PlanDecision(*chosen[:6], fastest, slack, chosen.source, chosen.copying)
+
+
+def copy_depth(table: CostTable, width: int) -> int:
+    """The deepest the planner copies at this width: the table's verify depth and the copy pool's, the lesser."""
+    return min(table.verify_depth(width), COPY_POOLS.max_drafts(width))
 
 
 def estimate_copies(table: CostTable, width: int, copies: Sequence[Sequence[float] | None],
