@@ -44,6 +44,17 @@ class SharedLookupParams:
     min_ngram: int = 2  # across requests a single shared token is too weak evidence to copy on
     max_ngram: int = 4
 
+    @classmethod
+    def index_bound(cls, min_ngram: int, max_ngram: int) -> "SharedLookupParams":
+        """An n-gram range with the budget that bounds its index as the default's (tokens x n-gram lengths).
+
+        The measured planner matches up to 12 tokens, four times the default's lengths: a quarter of
+        the tokens, so that host memory holds the same number of index entries.
+        """
+        default = cls()
+        entries = default.budget_tokens * (default.max_ngram - default.min_ngram + 1)
+        return cls(max(1, entries // max(1, max_ngram - min_ngram + 1)), min_ngram, max_ngram)
+
     def __post_init__(self) -> None:
         if self.budget_tokens < 1:
             raise ValueError(f"budget_tokens={self.budget_tokens}; pass a budget of at least 1 token")
@@ -128,6 +139,26 @@ class SharedLookup:
                 return n, self._held[rid][1], after
         return None
 
+    def matched_copy(self, scope: ScopeKey, history: Sequence[int], num_drafts: int,
+                     longer_than: int = 0) -> tuple[int, list[int]]:
+        """(n, up to num_drafts tokens that followed it) for the longest suffix match longer than `longer_than`.
+
+        (0, []) when there is none (or num_drafts < 1). The measured planner asks with its history's
+        own match length, so that only a longer match from another request is weighed against it.
+        """
+        index = self._index.get(scope)
+        if not index or num_drafts < 1:
+            return 0, []
+        length = len(history)
+        tail = tuple(history[max(0, length - self.params.max_ngram):])  # one copy; each n's suffix is a slice
+        size = len(tail)
+        for n in range(size, max(self.params.min_ngram, longer_than + 1) - 1, -1):
+            hit = index.get(tail[size - n:])
+            if hit is not None:
+                rid, after = hit
+                return n, list(self._held[rid][1][after: after + num_drafts])
+        return 0, []
+
     def propose(self, scope: ScopeKey, history: Sequence[int], num_drafts: int) -> list[int]:
         """Return up to num_drafts tokens that followed the history's suffix in the scope's held requests."""
         found = self.match(scope, history) if num_drafts > 0 else None
@@ -137,11 +168,15 @@ class SharedLookup:
         return list(tokens[after : after + num_drafts])
 
     def _ngrams(self, tokens: tuple[int, ...]) -> Iterable[tuple[tuple[int, ...], int]]:
-        """Yield (n-gram, position after it) for every n-gram of tokens that has a continuation, in order."""
-        lo, hi = self.params.min_ngram, self.params.max_ngram
-        for after in range(1, len(tokens)):
-            for n in range(lo, min(hi, after) + 1):
-                yield tokens[after - n : after], after
+        """Yield (n-gram, position after it) for every n-gram of tokens that has a continuation.
+
+        One n at a time, each n's in order of position (so a later occurrence overwrites an earlier
+        one of the same n-gram), built by zipping n shifted slices: no Python loop per token and n.
+        """
+        end = len(tokens)
+        for n in range(self.params.min_ngram, self.params.max_ngram + 1):
+            if n < end:
+                yield from zip(zip(*[tokens[i: end - n + i] for i in range(n)]), range(n, end))
 
     def _evict_oldest(self) -> None:
         rid = self._order.popleft()

@@ -189,3 +189,22 @@ def test_never_proposes_another_scopes_tokens(
     for scope_no, offsets in stream:  # replaying another scope's request as the history must find nothing
         if scope_no != asking:
             assert shared.propose(SCOPES[asking], scoped(scope_no, offsets), k) == []
+
+
+def test_matched_copy_answers_only_a_match_longer_than_asked() -> None:
+    shared = SharedLookup(SharedLookupParams(budget_tokens=100, min_ngram=2, max_ngram=4))
+    shared.add_request(BASE, [1, 2, 3, 4, 5, 6])
+    assert shared.matched_copy(BASE, [9, 2, 3, 4], 2) == (3, [5, 6])  # (2, 3, 4): three tokens
+    assert shared.matched_copy(BASE, [9, 2, 3, 4], 2, longer_than=2) == (3, [5, 6])
+    assert shared.matched_copy(BASE, [9, 2, 3, 4], 2, longer_than=3) == (0, [])  # the history's own is as long
+    assert shared.matched_copy(BASE, [9, 2, 3, 4], 9) == (3, [5, 6])  # the held request ends there
+    assert shared.matched_copy(BASE, [9, 2, 3, 4], 0) == (0, [])
+    assert shared.matched_copy(SCOPES[4], [9, 2, 3, 4], 2) == (0, [])  # another tenant's tokens: never
+
+
+def test_a_wider_ngram_range_keeps_the_defaults_index_bound() -> None:
+    default = SharedLookupParams()
+    wide = SharedLookupParams.index_bound(2, 12)
+    assert (wide.min_ngram, wide.max_ngram) == (2, 12)
+    entries = default.budget_tokens * (default.max_ngram - default.min_ngram + 1)
+    assert wide.budget_tokens * 11 <= entries < (wide.budget_tokens + 1) * 11
