@@ -18,7 +18,7 @@ from met.model.corpus import calibration_windows
 from met.model.tokenizer import EOS, encode
 from met.model.transformer import Transformer
 from met.speculative.spec_cost import AcceptanceCalibration, DrafterKey
-from met.speculative.spec_cost.lookup import fit_lookup
+from met.speculative.spec_cost.lookup import fit_lookup, fit_shared_lookup
 
 Outcome = tuple[float | None, bool, int, float | None]  # (top-1 log-prob, accepted, position, previous first's)
 
@@ -115,11 +115,12 @@ def calibrate(model: Transformer, texts: list[str], drafter: DrafterKey, params:
               on_batch: Callable[[int, int], None] = lambda done, total: None) -> AcceptanceCalibration:
     """Fit the drafter's AcceptanceCalibration on greedy generation from `texts` (SpecCostError if too few drafts).
 
-    Prompt lookup's bins are fitted on the same generations (met.speculative.spec_cost.lookup).
+    Prompt lookup's bins are fitted on the same generations (met.speculative.spec_cost.lookup): the
+    history's own copies, and other requests' (each generation against the ones before it, in order).
     """
     prompts = [encode(t)[: params.prompt_bytes] or [0] for t in texts]
     generations: list[tuple[list[int], list[int]]] = []
     outcomes = collect(model, prompts, params, on_batch, generations)
     info = {"prompts": len(prompts), "prompt_bytes": params.prompt_bytes, "new_tokens": params.new_tokens,
             "depth": params.depth, "acceptance": "greedy (target argmax)", **(meta or {})}
-    return AcceptanceCalibration.fit(outcomes, drafter, info, fit_lookup(generations))
+    return AcceptanceCalibration.fit(outcomes, drafter, info, fit_lookup(generations), fit_shared_lookup(generations))

@@ -445,7 +445,8 @@ def _write(path: Path, cal_path: Path, old: Existing, table: CostTable, calibrat
     if calibration is not None:
         say(f"wrote {cal_path} ({calibration.outcomes} judged drafts, "
             f"{len(calibration.bins)} confidence bins, {len(calibration.position_priors)} position priors, "
-            f"{len(calibration.carryover)} carry-over bins, {len(calibration.lookup)} prompt-lookup bins)")
+            f"{len(calibration.carryover)} carry-over bins, {len(calibration.lookup)} prompt-lookup bins, "
+            f"{len(calibration.shared_lookup)} shared-lookup bins)")
 
 
 def _recipe(name: str) -> Recipe:

@@ -139,7 +139,8 @@ def _check_one(path: Path, no_key: bool, recipe: str, box_class: str | None, dev
     else:
         typer.echo(f"{path}: valid calibration for drafter {parsed.drafter}: {parsed.outcomes} outcomes, "
                    f"{len(parsed.bins)} confidence bins, {len(parsed.position_priors)} position priors, "
-                   f"{len(parsed.carryover)} carry-over bins, {len(parsed.lookup)} prompt-lookup bins")
+                   f"{len(parsed.carryover)} carry-over bins, {len(parsed.lookup)} prompt-lookup bins, "
+                   f"{len(parsed.shared_lookup)} shared-lookup bins")
     return EX_OK
 
 
@@ -259,21 +260,28 @@ def show(path: TableArg, calibration: CalibrationOpt = None, slack: SlackOpt = 0
                        f"{key.recipe}; met serve refuses such a pair (exit 78), so these plans are no serve's",
                        err=True)
     grids = [_lookup_table(cal), _copy_plans_table(cal, table, slack)] if cal is not None and cal.lookup else []
+    if cal is not None and cal.lookup and cal.shared_lookup:
+        grids.insert(1, _lookup_table(cal, shared=True))
     for grid in [*grids, *(_width_table(table, cal, n, slack) for n in table.widths)]:
         # never narrower than its figures (a pipe is 80 columns): rich would cut "0.6667" to "0.66…" or drop a column
         need = console.measure(grid, options=console.options.update_width(1 << 12)).minimum
         Console(width=max(console.width, need)).print(grid)
 
 
-def _lookup_table(cal: AcceptanceCalibration) -> Table:
-    """Prompt lookup's bins: a copy's accept rate at each position (given the ones before it), by match length."""
+def _lookup_table(cal: AcceptanceCalibration, shared: bool = False) -> Table:
+    """Prompt lookup's bins: a copy's accept rate at each position (given the ones before it), by match length.
+
+    shared: the bins of copies from other requests (the shared lookup cache), else from the history.
+    """
+    bins = cal.shared_lookup if shared else cal.lookup
     rows = []
-    shown = max(len(b.p_accept) for b in cal.lookup)  # every position: the planner copies up to 16 deep
-    for b in cal.lookup:
+    shown = max(len(b.p_accept) for b in bins)  # every position: the planner copies up to 16 deep
+    for b in bins:
         rates = [f"{p:.2f}" for p in b.p_accept[:shown]] + ["-"] * (shown - min(len(b.p_accept), shown))
         rows.append([_match(b), str(b.outcomes[0]), *rates])
-    return _grid("prompt-lookup copies (the planner weighs them against drafting)",
-                 ["match", "copies", *(f"p{j}" for j in range(1, shown + 1))], rows)
+    title = ("copies from other requests, where their match is longer than the history's own (the shared lookup "
+             "cache)" if shared else "prompt-lookup copies (the planner weighs them against drafting)")
+    return _grid(title, ["match", "copies", *(f"p{j}" for j in range(1, shown + 1))], rows)
 
 
 def _copy_plans_table(cal: AcceptanceCalibration, table: CostTable, slack: float) -> Table:

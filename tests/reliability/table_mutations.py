@@ -17,7 +17,8 @@ import tomllib
 import tomli_w
 from hypothesis import strategies as st
 
-from met.speculative.spec_cost import AcceptanceCalibration, Cell, CostTable, DrafterKey, TableKey, VerifyCell
+from met.speculative.spec_cost import (AcceptanceCalibration, Cell, CostTable, DrafterKey, LookupBin, TableKey,
+                                       VerifyCell)
 
 # --- the valid files every mutation starts from --------------------------------------------------
 
@@ -34,13 +35,16 @@ def valid_table() -> bytes:
 
 
 def valid_calibration() -> bytes:
-    """A calibration with two confidence bins, two position priors and a two-bin carry-over (two positions in one)."""
+    """A calibration with two confidence bins, two position priors, a two-bin carry-over (two positions in one)
+    and copy bins: two of the history's own (from match length 1), one of other requests' (from 2)."""
     sure, unsure = math.log(0.95), math.log(0.2)  # the previous step's first drafts
     rows = ([(math.log(0.9), i < 90, 1, sure) for i in range(100)]
             + [(math.log(0.3), i < 30, 2, sure) for i in range(100)]
             + [(math.log(0.3), i < 60, 1, unsure) for i in range(100)])
+    lookup = [LookupBin(1, 3, (0.25, 0.5), (300, 120)), LookupBin(4, 12, (0.875,), (100,))]
+    shared = [LookupBin(2, 12, (0.5, 0.75, 0.8), (400, 200, 150))]
     return AcceptanceCalibration.fit(rows, DrafterKey("mtp", "met-tiny-py", "0e39"),
-                                     {"when": "2026-10-04", "prompts": 16}).to_toml().encode()
+                                     {"when": "2026-10-04", "prompts": 16}, lookup, shared).to_toml().encode()
 
 
 # --- the mutations --------------------------------------------------------------------------------

@@ -186,8 +186,8 @@ def _rates_ok(rows: object, first: str, ok: Callable[[object], bool]) -> list[di
 
 def calibration_ok(doc: dict) -> bool:
     """Whether a parsed TOML document is a valid drafter calibration, by the documented rules."""
-    if not {"schema", "drafter", "overall"} <= set(doc) <= {"schema", "drafter", "overall", "bins",
-                                                           "position_priors", "meta", "carryover"}:
+    if not {"schema", "drafter", "overall"} <= set(doc) <= {"schema", "drafter", "overall", "bins", "position_priors",
+                                                           "meta", "carryover", "lookup", "shared_lookup"}:
         return False
     if not _whole(doc["schema"], 1, 1) or ("meta" in doc and not _meta_ok(doc["meta"])):
         return False
@@ -212,7 +212,7 @@ def calibration_ok(doc: dict) -> bool:
     if any(b["position"] <= a["position"] for a, b in zip(priors, priors[1:])):
         return False
     carry = _carryover_ok(doc.get("carryover", []))
-    if carry is None:
+    if carry is None or not _lookup_ok(doc.get("lookup", []), 1) or not _lookup_ok(doc.get("shared_lookup", []), 2):
         return False
     counted = [sum(r["outcomes"] for r in rows) for rows in (bins, priors)] + [sum(sum(r["outcomes"]) for r in carry)]
     return all(total <= overall["outcomes"] for total in counted)
@@ -239,6 +239,28 @@ def _carryover_ok(rows: object) -> list[dict] | None:
     if rows and float(rows[-1]["upper"]) != 0.0:
         return None
     return rows
+
+
+def _lookup_ok(rows: object, first: int) -> bool:
+    """Copy bins: match lengths from `first` to at most 12, each bin after the one before without a gap or an
+    overlap; per bin 1..=16 rates in [0, 1] and as many counts, each >= 100."""
+    if not isinstance(rows, list):
+        return False
+    start = first
+    for r in rows:
+        if not (isinstance(r, dict) and set(r) == {"min_match", "max_match", "p_accept", "outcomes"}):
+            return False
+        lo, hi, rates, counts = r["min_match"], r["max_match"], r["p_accept"], r["outcomes"]
+        if not (_whole(lo, start, start) and _whole(hi, start, 12)):
+            return False
+        if not (isinstance(rates, list) and isinstance(counts, list) and 1 <= len(rates) == len(counts) <= 16):
+            return False
+        if not all((p := _finite(x)) is not None and 0 <= p <= 1 for x in rates):
+            return False
+        if not all(_whole(n, 100, 1 << 62) for n in counts):
+            return False
+        start = hi + 1
+    return True
 
 
 def oracle(data: bytes) -> bool:

@@ -4,8 +4,9 @@ import pytest
 
 from met.speculative.spec_cost import (AcceptanceCalibration, Cell, CostTable, DrafterKey, TableKey, TableParseError,
                                        VerifyCell)
-from met.speculative.spec_cost.lookup import (FIT_DEPTH, LOOKUP_MAX_NGRAM, LookupBin, copy_accepted_by_depth,
-                                              fit_lookup, judged_copies)
+from met.speculative.spec_cost.lookup import (FIT_DEPTH, LOOKUP_MAX_NGRAM, SHARED_MIN_NGRAM, LookupBin,
+                                              copy_accepted_by_depth, fit_lookup, fit_shared_lookup, judged_copies,
+                                              judged_shared_copies)
 from met.speculative.spec_cost.plan import estimate_copies, plan_depth
 
 DRAFTER = DrafterKey("mtp", "r", "d")
@@ -74,6 +75,42 @@ def test_a_calibration_with_lookup_bins_round_trips_and_one_without_still_parses
     assert "lookup" not in bare.to_toml() and AcceptanceCalibration.parse(bare.to_toml()).lookup == ()
     with pytest.raises(TableParseError, match=r"lookup\[0\]"):
         AcceptanceCalibration.parse(text.replace("min_match = 1", "min_match = 2", 1))
+
+
+def test_shared_copies_are_judged_only_where_the_earlier_streams_match_is_longer_than_the_own():
+    first = ([1, 2], [3, 4, 5, 6, 7])  # nothing before it: no shared copies
+    # the second's history 9 3 4 has no own match (4 never occurred before in it); the first stream
+    # holds (3, 4), so its first position copies 5 6 7, judged against 5 6 8
+    second = ([9, 3, 4], [5, 6, 8, 3, 4])
+    judged = list(judged_shared_copies([first, second]))
+    assert judged[0] == (2, [True, True, False])
+    assert all(n >= SHARED_MIN_NGRAM for n, _ in judged)  # a 1-token match is too short for the shared cache
+    # a history whose own match (3, 4) is as long as the first stream's is not judged against it: its own wins
+    assert list(judged_shared_copies([first, ([3, 4, 5, 3, 4], [5])])) == []
+
+
+def test_shared_bins_start_at_the_shared_caches_shortest_match_and_cover_to_the_longest():
+    text = list(range(30))
+    streams = [([100 + i], text) for i in range(40)]  # each stream repeats the one before it: long shared matches
+    bins = fit_shared_lookup(streams)
+    assert bins and bins[0].min_match == SHARED_MIN_NGRAM and bins[-1].max_match == LOOKUP_MAX_NGRAM
+    assert bins[-1].p_accept[0] > 0.99
+    assert fit_shared_lookup([([1], [2, 3])]) == ()  # one stream: nothing shared before it
+    with pytest.raises(TableParseError, match=r"shared_lookup\[0\]\.min_match"):
+        AcceptanceCalibration(DRAFTER, 0.5, 100, shared_lookup=[LookupBin(1, 12, (0.5,), (100,))])
+
+
+def test_a_calibration_prices_shared_copies_by_their_own_bins_and_round_trips():
+    own = [LookupBin(1, 12, (0.5,), (100,))]
+    shared = [LookupBin(2, 5, (0.25,), (100,)), LookupBin(6, 12, (0.9, 0.9), (100, 100))]
+    cal = AcceptanceCalibration(DRAFTER, 0.5, 100, lookup=own, shared_lookup=shared)
+    assert cal.copy_accepted_by_depth(8, 4, 2) == pytest.approx((0.0, 0.5, 0.5))
+    assert cal.copy_accepted_by_depth(8, 4, 2, shared=True) == pytest.approx((0.0, 0.9, 1.71))
+    assert cal.copy_accepted_by_depth(3, 4, 2, shared=True) == pytest.approx((0.0, 0.25, 0.25))
+    text = cal.to_toml()
+    assert "[[shared_lookup]]" in text and AcceptanceCalibration.parse(text) == cal
+    assert "shared_lookup" not in AcceptanceCalibration(DRAFTER, 0.5, 100, lookup=own).to_toml()
+    assert AcceptanceCalibration(DRAFTER, 0.5, 100, lookup=own).copy_accepted_by_depth(8, 4, 1, True) == (0.0, 0.0)
 
 
 def _table(verify_ms: list[float], draft_ms: list[float]) -> CostTable:

@@ -11,7 +11,7 @@ from met.speculative.spec_cost import fields
 from met.speculative.spec_cost.fields import MIN_OUTCOMES
 from met.speculative.spec_cost.errors import SpecCostError, TableParseError
 from met.speculative.spec_cost.keys import SCHEMA, DrafterKey
-from met.speculative.spec_cost.lookup import LookupBin, check_bins, copy_accepted_by_depth
+from met.speculative.spec_cost.lookup import SHARED_MIN_NGRAM, LookupBin, check_bins, copy_accepted_by_depth
 
 
 MAX_POSITION = 1 << 10  # draft positions in a chain; far deeper than any drafter drafts
@@ -97,6 +97,9 @@ class AcceptanceCalibration:
     by the length of the match they copy from (met.speculative.spec_cost.lookup), fitted on the
     same greedy generations. With it the measured planner may verify a copy instead of drafting;
     without it (a calibration written before it existed) the planner drafts only with the drafter.
+    `shared_lookup` (optional) has the same rates for copies from other requests (the tenant's shared
+    lookup cache), by their match length from SHARED_MIN_NGRAM, judged only where that match was
+    longer than the history's own; without it the planner copies from each sequence's own history only.
     """
 
     drafter: DrafterKey
@@ -107,11 +110,12 @@ class AcceptanceCalibration:
     meta: Mapping[str, object] = field(default_factory=dict)
     carryover: tuple[CarryBin, ...] | Iterable[CarryBin] = ()
     lookup: tuple[LookupBin, ...] | Iterable[LookupBin] = ()
+    shared_lookup: tuple[LookupBin, ...] | Iterable[LookupBin] = ()
     _uppers: list[float] = field(init=False, repr=False, compare=False)  # the bins' uppers, for bisect
     _positions: list[int] = field(init=False, repr=False, compare=False)  # the priors' positions, for bisect
     _carry_uppers: list[float] = field(init=False, repr=False, compare=False)  # the carry-over bins' uppers
     _carried: dict[int, tuple[float, ...]] = field(init=False, repr=False, compare=False)  # per carry bin, made once
-    _copied: dict[tuple[int, int, int], tuple[float, ...]] = field(init=False, repr=False, compare=False)  # per ask
+    _copied: dict[tuple[int, int, int, bool], tuple[float, ...]] = field(init=False, repr=False, compare=False)  # per ask
 
     def __post_init__(self) -> None:
         if not isinstance(self.drafter, DrafterKey):
@@ -131,8 +135,9 @@ class AcceptanceCalibration:
                 raise TableParseError(f"position_priors[{i}].position", prior.position,
                                       f"is not after position_priors[{i - 1}].position ({priors[i - 1].position})")
         _check_uppers("carryover", carry, CarryBin)
-        lookup = tuple(self.lookup)
+        lookup, shared = tuple(self.lookup), tuple(self.shared_lookup)
         check_bins(lookup)
+        check_bins(shared, SHARED_MIN_NGRAM, "shared_lookup")
         counted = (("bins", sum(b.outcomes for b in bins)), ("position_priors", sum(p.outcomes for p in priors)),
                    ("carryover", sum(sum(c.outcomes) for c in carry)))
         for name, total in counted:
@@ -143,6 +148,7 @@ class AcceptanceCalibration:
         object.__setattr__(self, "position_priors", priors)
         object.__setattr__(self, "carryover", carry)
         object.__setattr__(self, "lookup", lookup)
+        object.__setattr__(self, "shared_lookup", shared)
         object.__setattr__(self, "meta", MappingProxyType(fields.meta(self.meta)))
         object.__setattr__(self, "_uppers", [b.upper for b in bins])
         object.__setattr__(self, "_positions", [p.position for p in priors])
@@ -152,8 +158,8 @@ class AcceptanceCalibration:
 
     @classmethod
     def fit(cls, outcomes: Iterable[tuple], drafter: DrafterKey, meta: Mapping[str, object] | None = None,
-            lookup: Iterable[LookupBin] = ()) -> Self:
-        """Fit from judged drafts (lookup: prompt lookup's bins, fitted apart); SpecCostError if there are too few.
+            lookup: Iterable[LookupBin] = (), shared_lookup: Iterable[LookupBin] = ()) -> Self:
+        """Fit from judged drafts (lookup, shared_lookup: prompt lookup's bins, fitted apart); SpecCostError if too few.
 
         A judged draft is (top-1 log-prob or None, accepted, 1-based position), optionally with a
         fourth value: the top-1 log-prob of the first draft of its sequence's previous step (None:
@@ -177,7 +183,7 @@ class AcceptanceCalibration:
             deepest = max(pos for _, _, pos in carried)
             carry = [_carry_bin(u, counts) for u, counts in _merge_small(_by_confidence(carried, deepest))]
         return cls(drafter, accepted / len(rows), len(rows),
-                   [ConfidenceBin(u, a / n, n) for u, (n, a) in bins], priors, meta or {}, carry, lookup)
+                   [ConfidenceBin(u, a / n, n) for u, (n, a) in bins], priors, meta or {}, carry, lookup, shared_lookup)
 
     def p_accept(self, confidence: float | None, position: int) -> float:
         """P(accept) of the draft at `position` (1-based) with top-1 log-prob `confidence` (None: unknown)."""
@@ -244,18 +250,19 @@ class AcceptanceCalibration:
             totals.append(total)
         return totals
 
-    def copy_accepted_by_depth(self, match: int, length: int, depth: int) -> tuple[float, ...]:
-        """Expected accepted drafts of a prompt-lookup copy verified k deep, k in 0..=depth (all 0 without `lookup`).
+    def copy_accepted_by_depth(self, match: int, length: int, depth: int, shared: bool = False) -> tuple[float, ...]:
+        """Expected accepted drafts of a prompt-lookup copy verified k deep, k in 0..=depth (all 0 without its bins).
 
-        match: the length of the history's match the copy follows; length: the drafts it holds.
-        Made once per (match, length, depth): the planner asks for every sequence on every step, and
-        the answers are few (match lengths up to 12, copies and depths up to the planner's kmax).
+        match: the length of the history's match the copy follows; length: the drafts it holds;
+        shared: a copy from another request (`shared_lookup`'s bins), else from the history (`lookup`'s).
+        Made once per (match, length, depth, shared): the planner asks for every sequence on every
+        step, and the answers are few (match lengths up to 12, copies and depths up to its copy depth).
         """
-        key = (match, length, depth)
+        key = (match, length, depth, shared)
         totals = self._copied.get(key)
         if totals is None:
-            totals = tuple(copy_accepted_by_depth(self.lookup, match, length, depth)) if self.lookup else \
-                (0.0,) * (depth + 1)
+            bins = self.shared_lookup if shared else self.lookup
+            totals = tuple(copy_accepted_by_depth(bins, match, length, depth)) if bins else (0.0,) * (depth + 1)
             self._copied[key] = totals
         return totals
 
@@ -269,8 +276,9 @@ class AcceptanceCalibration:
                                       for p in self.position_priors],
                   "carryover": [{"upper": c.upper, "p_accept": list(c.p_accept), "outcomes": list(c.outcomes)}
                                 for c in self.carryover],
-                  "lookup": [{"min_match": b.min_match, "max_match": b.max_match, "p_accept": list(b.p_accept),
-                              "outcomes": list(b.outcomes)} for b in self.lookup]}
+                  **{name: [{"min_match": b.min_match, "max_match": b.max_match, "p_accept": list(b.p_accept),
+                             "outcomes": list(b.outcomes)} for b in bins]
+                     for name, bins in (("lookup", self.lookup), ("shared_lookup", self.shared_lookup))}}
         return fields.dump(doc, arrays)
 
     @classmethod
@@ -283,7 +291,7 @@ class AcceptanceCalibration:
             raise TableParseError("key", None, "belongs to a cost table: this file is a cost table, not a drafter's "
                                   "calibration", show_value=False)
         fields.shape(doc, "", ("schema", "drafter", "overall"),
-                     ("bins", "position_priors", "meta", "carryover", "lookup"))
+                     ("bins", "position_priors", "meta", "carryover", "lookup", "shared_lookup"))
         drafter = _part(doc, "drafter", ("kind", "name", "digest"), DrafterKey)
         overall = fields.table(doc, "overall", "")
         try:
@@ -293,8 +301,10 @@ class AcceptanceCalibration:
         bins = _parts(doc, "bins", ("upper", "p_accept", "outcomes"), ConfidenceBin)
         priors = _parts(doc, "position_priors", ("position", "p_accept", "outcomes"), PositionPrior)
         carry = _parts(doc, "carryover", ("upper", "p_accept", "outcomes"), CarryBin)
-        lookup = _parts(doc, "lookup", ("min_match", "max_match", "p_accept", "outcomes"), LookupBin)
-        return cls(drafter, overall["p_accept"], overall["outcomes"], bins, priors, doc.get("meta", {}), carry, lookup)
+        lookup, shared = (_parts(doc, name, ("min_match", "max_match", "p_accept", "outcomes"), LookupBin)
+                          for name in ("lookup", "shared_lookup"))
+        return cls(drafter, overall["p_accept"], overall["outcomes"], bins, priors, doc.get("meta", {}), carry, lookup,
+                   shared)
 
 
 def _check_uppers(name: str, bins: tuple, kind: type) -> None:

@@ -16,6 +16,12 @@ rates are never planned). The longest match is LOOKUP_MAX_NGRAM tokens: a match 
 often inside a run of one repeated token or line (indentation, a rule of dashes, a loop of
 greedy text), where the latest earlier occurrence ends a period before the present: its copy goes
 on as a loop of that period (cyclic), the run's likely next tokens, judged and planned alike.
+
+Copies from other requests (the tenant's shared lookup cache, met.speculative.shared_lookup) have
+bins of their own: the planner weighs one only where its match is longer than the history's own
+(a sequence's own text wins a tie), and such a copy holds differently (another file's identifiers
+and loops). Their fit replays the same generations in order, each one's shared cache holding the
+ones before it, and judges, at every position where the shared match is the longer, what it copies.
 """
 
 from bisect import bisect_right
@@ -23,6 +29,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from met.speculative.prompt_lookup import LookupParams, PromptLookup
+from met.speculative.shared_lookup import ScopeKey, SharedLookup, SharedLookupParams
 from met.speculative.spec_cost import fields
 from met.speculative.spec_cost.errors import TableParseError
 from met.speculative.spec_cost.fields import MIN_OUTCOMES
@@ -30,6 +37,8 @@ from met.speculative.spec_cost.fields import MIN_OUTCOMES
 LOOKUP_MAX_NGRAM = 12  # the longest suffix matched; each more n costs a hash lookup per proposal and per token
 FIT_EDGES = (1, 2, 3, 4, 6, 8, 12)  # the fit's starting bins: match lengths [1], [2], [3], [4, 5], ..., [12]
 FIT_DEPTH = 16  # positions judged per copy
+SHARED_MIN_NGRAM = SharedLookupParams().min_ngram  # the shortest match the shared cache copies on (2)
+SHARED_FIT_EDGES = FIT_EDGES[FIT_EDGES.index(SHARED_MIN_NGRAM):]  # the shared bins' start: [2], [3], [4, 5], ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,15 +62,15 @@ class LookupBin:
         object.__setattr__(self, "outcomes", counts)
 
 
-def check_bins(bins: Sequence[LookupBin]) -> None:
-    """Bins cover match lengths 1..=max_match of the last, in order, without gaps or overlaps."""
+def check_bins(bins: Sequence[LookupBin], first: int = 1, name: str = "lookup") -> None:
+    """Bins cover match lengths first..=max_match of the last, in order, without gaps or overlaps."""
     for i, b in enumerate(bins):
         if not isinstance(b, LookupBin):
-            raise TableParseError(f"lookup[{i}]", b, "is not a LookupBin")
-        start = bins[i - 1].max_match + 1 if i else 1
+            raise TableParseError(f"{name}[{i}]", b, "is not a LookupBin")
+        start = bins[i - 1].max_match + 1 if i else first
         if b.min_match != start:
-            raise TableParseError(f"lookup[{i}].min_match", b.min_match,
-                                  f"must be {start} (the bins cover match lengths from 1, each after the one before)")
+            raise TableParseError(f"{name}[{i}].min_match", b.min_match, f"must be {start} (the bins cover match "
+                                  f"lengths from {first}, each after the one before)")
 
 
 def judged_copies(prompt: Sequence[int], generated: Sequence[int], max_ngram: int = LOOKUP_MAX_NGRAM,
@@ -86,19 +95,58 @@ def judged_copies(prompt: Sequence[int], generated: Sequence[int], max_ngram: in
         lookup.extend(generated[i: i + 1])
 
 
+def judged_shared_copies(streams: Iterable[tuple[Sequence[int], Sequence[int]]], max_ngram: int = LOOKUP_MAX_NGRAM,
+                         depth: int = FIT_DEPTH) -> Iterator[tuple[int, list[bool]]]:
+    """Copies from earlier streams, judged where their match is longer than the history's own: (match, judged).
+
+    The streams are (prompt, generated) pairs in the order a serve would have finished them: each
+    is matched against a shared cache holding the ones before it, as the tenant's shared lookup
+    holds finished requests. A shared copy is what followed its match in that earlier stream, never
+    cyclic (the stream is whole), judged as `judged_copies` judges.
+    """
+    shared = SharedLookup(SharedLookupParams(budget_tokens=1 << 62, min_ngram=SHARED_MIN_NGRAM, max_ngram=max_ngram))
+    scope = ScopeKey("fit", "fit", None, "fit")
+    for prompt, generated in streams:
+        own = PromptLookup(LookupParams(min_ngram=1, max_ngram=max_ngram), prompt)
+        history = list(prompt)
+        for i in range(len(generated)):
+            found = own.match()
+            n, copy = shared.matched_copy(scope, history, min(depth, len(generated) - i), found[0] if found else 0)
+            judged = []
+            for draft, truth in zip(copy, generated[i:]):
+                judged.append(draft == truth)
+                if draft != truth:
+                    break
+            if judged:
+                yield n, judged
+            own.extend(generated[i: i + 1])
+            history.append(generated[i])
+        shared.add_request(scope, [*prompt, *generated])
+
+
 def fit_lookup(streams: Iterable[tuple[Sequence[int], Sequence[int]]]) -> tuple[LookupBin, ...]:
     """Lookup bins from (prompt, greedy generation) pairs; () when too few copies were judged for one bin."""
-    counts = [[0] * (2 * FIT_DEPTH) for _ in FIT_EDGES]  # per starting bin, per position: judged then accepted
-    for prompt, generated in streams:
-        for n, judged in judged_copies(prompt, generated):
-            row = counts[bisect_right(FIT_EDGES, n) - 1]
-            for j, ok in enumerate(judged):
-                row[2 * j] += 1
-                row[2 * j + 1] += ok
+    return fit_bins((judged for prompt, generated in streams for judged in judged_copies(prompt, generated)),
+                    FIT_EDGES)
+
+
+def fit_shared_lookup(streams: Sequence[tuple[Sequence[int], Sequence[int]]]) -> tuple[LookupBin, ...]:
+    """Shared-copy bins from (prompt, greedy generation) pairs in order (`judged_shared_copies`); () when too few."""
+    return fit_bins(judged_shared_copies(streams), SHARED_FIT_EDGES)
+
+
+def fit_bins(copies: Iterable[tuple[int, list[bool]]], edges: Sequence[int]) -> tuple[LookupBin, ...]:
+    """Bins from judged copies (match length, judged drafts): from edges' starts, merged until each holds enough."""
+    counts = [[0] * (2 * FIT_DEPTH) for _ in edges]  # per starting bin, per position: judged then accepted
+    for n, judged in copies:
+        row = counts[bisect_right(edges, n) - 1]
+        for j, ok in enumerate(judged):
+            row[2 * j] += 1
+            row[2 * j + 1] += ok
     merged: list[tuple[int, int, list[int]]] = []
     pending: tuple[int, list[int]] | None = None
-    ends = [*FIT_EDGES[1:], LOOKUP_MAX_NGRAM + 1]
-    for start, end, row in zip(FIT_EDGES, ends, counts, strict=True):
+    ends = [*edges[1:], LOOKUP_MAX_NGRAM + 1]
+    for start, end, row in zip(edges, ends, counts, strict=True):
         first, total = (start, row) if pending is None else (pending[0], [a + b for a, b in zip(pending[1], row)])
         pending = (first, total)
         if total[0] >= MIN_OUTCOMES:
