@@ -29,7 +29,9 @@ for the sequences whose copy expects at least what drafting does, MTP drafts for
 wins, the step verifies the copies, as deep as the plan chose (a sequence without a copy decodes
 one token, in a mixed step one that drafts drafts without replans), and a copy leaves no
 confidences: the next plan reads the priors for it, as after a plain step. Copies come from the
-sequence's own history only (the calibration judged those), never the shared lookup cache. A
+sequence's own history, and, where the calibration has bins for them (`shared_lookup`), from the
+tenant's shared lookup cache of finished requests: a sequence weighs the shared copy instead of its
+own only where the shared match is the longer (its own text wins a tie), priced by those bins. A
 copy has no drafter depth: it goes as deep as the table prices verifies (its verify cells,
 CostTable.verify_depth) and the copy pools hold (spec_capacity.COPY_POOLS: 16 at
 width 1), where the MTP drafts stop at kmax; a mixed step drafts, so it stays within kmax.
@@ -128,6 +130,8 @@ class MtpPlannedPolicy:
         self.probe_after = PROBE_AFTER  # plain steps in a row before the next probe
         self.probing = False  # the step being planned drafts to refresh the confidences
         self.copy_ngram = LOOKUP_MAX_NGRAM if state.calibration.lookup else 0  # the scheduler indexes histories
+        # and other requests' tokens, in the shared lookup cache, where the calibration prices copies from there
+        self.shared_ngram = LOOKUP_MAX_NGRAM if self.copy_ngram and state.calibration.shared_lookup else 0
         self._copies: list[list[int]] = []  # the copies the last plan weighed, one per sequence
 
     def kmax(self, width: int) -> int:
@@ -178,11 +182,21 @@ class MtpPlannedPolicy:
         return StepPlan(drafting("mtp", depths), depth, depths, joined(why, clamp), decision, self.state.table)
 
     def _weigh_copies(self, seqs: Sequence[SeqState], room: Sequence[int], kmax: int) -> list[Sequence[float] | None]:
-        """Each sequence's copy from its history, as deep as its room (kept for draft), and its expected
-        accepted drafts at depths 0..=kmax; None for a sequence with no copy or no room for a draft."""
-        found = [s.proposer.matched_copy(r) if r else (0, []) for s, r in zip(seqs, room)]
-        self._copies = [c for _, c in found]
-        return [self.state.calibration.copy_accepted_by_depth(n, len(c), kmax) if c else None for n, c in found]
+        """Each sequence's copy, as deep as its room (kept for draft), and its expected accepted drafts at
+        depths 0..=kmax; None for a sequence with no copy or no room for a draft.
+
+        The copy is the history's own, or the shared cache's where that match is longer (with shared bins).
+        """
+        calibration = self.state.calibration
+        self._copies, weighed = [], []
+        for s, r in zip(seqs, room):
+            n, copy = s.proposer.matched_copy(r) if r else (0, [])
+            shared_n, shared = s.proposer.shared_copy(r, n) if r and self.shared_ngram else (0, [])
+            if shared:
+                n, copy = shared_n, shared
+            self._copies.append(copy)
+            weighed.append(calibration.copy_accepted_by_depth(n, len(copy), kmax, bool(shared)) if copy else None)
+        return weighed
 
     def draft(self, runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]:
         source = plan.decision.source if plan.decision is not None else "mtp"

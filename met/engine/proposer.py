@@ -19,24 +19,27 @@ HOST_MODES = ("ngram", "prompt-lookup")  # modes whose drafts come from the hist
 NGRAM_MAX = 4  # longest suffix the n-gram proposers match
 
 Fallback = Callable[[Sequence[int], int], list[int]]  # (history, most drafts) -> drafts
+SharedCopy = Callable[[Sequence[int], int, int], tuple[int, list[int]]]  # (history, most, longer than) -> (n, copy)
 
 
 class Proposer:
     """Drafts for one sequence from a host proposer over its history (prompt + emitted tokens)."""
 
     def __init__(self, mode: str, prompt: Sequence[int], fallback: Fallback | None = None, min_ngram: int = 1,
-                 copy_ngram: int = 0):
+                 copy_ngram: int = 0, shared: SharedCopy | None = None):
         """min_ngram: the shortest suffix match that proposes drafts (--lookup-min-ngram; 1..NGRAM_MAX).
 
         copy_ngram: in a mode that drafts with a model, index the history anyway, matching suffixes
         of 1..copy_ngram tokens, so that the measured planner can weigh copies (`matched_copy`)
-        against drafts; 0: no index.
+        against drafts; 0: no index. shared: where the planner's `shared_copy` asks the tenant's
+        shared lookup cache (the scheduler wires it); None: it has none.
         """
         if mode not in SPEC_MODES:
             raise ValueError(f"unknown spec mode {mode!r}; choose one of {', '.join(SPEC_MODES)}")
         self.mode = mode
         self.history = list(prompt)
         self.fallback = fallback
+        self.shared = shared
         params = None
         if mode in HOST_MODES:
             params = LookupParams(min_ngram=min_ngram, max_ngram=NGRAM_MAX)
@@ -67,6 +70,14 @@ class Proposer:
         cyclic), as the calibration's copies (met.speculative.spec_cost.lookup) do.
         """
         return self.lookup.matched_copy(depth, cyclic=True) if self.lookup is not None else (0, [])
+
+    def shared_copy(self, depth: int, longer_than: int) -> tuple[int, list[int]]:
+        """The shared cache's match for the history, only if longer than longer_than, and up to depth tokens after it.
+
+        (0, []) when there is none or no shared cache is wired. The planner passes its own match's
+        length: the sequence's own text wins unless another request's match is longer.
+        """
+        return self.shared(self.history, depth, longer_than) if self.shared is not None and depth > 0 else (0, [])
 
     def observe(self, proposed: int, accepted: int, emitted: list[int]) -> None:
         """Record a verify step's outcome and extend the history."""

@@ -61,7 +61,10 @@ class Scheduler:
         self.model_id = model_id  # the shared-lookup scope's model: recipe name@digest
         # a host-drafting policy's shortest match (--lookup-min-ngram) holds for copies from other requests too
         self.min_ngram = getattr(policy, "min_ngram", 1)
-        cross = SharedLookupParams(min_ngram=max(SharedLookupParams().min_ngram, self.min_ngram))
+        self.shared_ngram = getattr(policy, "shared_ngram", 0)  # a planner that weighs other requests' copies too
+        lowest = max(SharedLookupParams().min_ngram, self.min_ngram)
+        cross = SharedLookupParams.index_bound(lowest, self.shared_ngram) if self.shared_ngram else \
+            SharedLookupParams(min_ngram=lowest)
         self.shared = shared if shared is not None else SharedLookup(cross)
         self.clock = clock
         self.stats = SpecStats()
@@ -242,7 +245,10 @@ class Scheduler:
     def _proposer(self, request: Request) -> Proposer:
         if not self.host_drafts:
             if self.copy_ngram:  # the measured planner weighs copies from the history against MTP drafts
-                return Proposer("mtp", request.prompt, copy_ngram=self.copy_ngram)
+                scope = self.scope(request)  # and, a planner with shared bins, from the tenant's other requests
+                shared = (lambda history, k, longer: self.shared.matched_copy(scope, history, k, longer)) \
+                    if self.shared_ngram else None
+                return Proposer("mtp", request.prompt, copy_ngram=self.copy_ngram, shared=shared)
             return Proposer("off", request.prompt)
         scope = self.scope(request)
         return Proposer(self.policy.name, request.prompt,
@@ -324,7 +330,7 @@ class Scheduler:
                 reason = "stop"  # the flush (a cut character become U+FFFD) completed a stop string
             event = Finished(reason, tail, len(seq.request.prompt), seq.text.tokens)
         self.counters.record_finish(reason)
-        if self.host_drafts and reason in ("stop", "length"):
+        if (self.host_drafts or self.shared_ngram) and reason in ("stop", "length"):
             self.shared.add_request(self.scope(seq.request), [*seq.request.prompt, *seq.generated])
         seq.sink.put(event)
 

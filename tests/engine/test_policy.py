@@ -386,6 +386,28 @@ def test_measured_planner_copies_from_the_history_when_the_calibration_says_copi
     assert bare.copy_ngram == 0 and bare.plan(_runner(), _copying_seqs(2)).mode == "mtp"
 
 
+def test_measured_planner_copies_from_other_requests_where_their_match_is_longer_and_their_bins_say_it_holds():
+    state = _copying_state(0.3)  # the history's own copies rarely hold
+    shared_bins = [LookupBin(2, LOOKUP_MAX_NGRAM, (0.99,) * 4, (500, 400, 300, 200))]
+    p = MtpPlannedPolicy(SpecCostState(state.table, replace(state.calibration, shared_lookup=shared_bins),
+                                       state.slack, state.serve_key, state.serve_drafter), 4, DEFAULT_POOLS)
+    assert p.shared_ngram == LOOKUP_MAX_NGRAM  # the scheduler indexes finished requests up to 12 tokens
+    asked = []
+
+    def cache(history, k, longer_than):  # another request held 9 5 6 then 1 2 3 4: the match (9, 5, 6) is 3 long
+        asked.append(longer_than)
+        return (3, [1, 2, 3, 4][:k]) if longer_than < 3 else (0, [])
+
+    seqs = _copying_seqs(1)
+    seqs[0].proposer = Proposer("mtp", (5, 6, 7, 8, 9, 5, 6), copy_ngram=LOOKUP_MAX_NGRAM, shared=cache)
+    plan = p.plan(_runner(), seqs)
+    assert asked == [2]  # the history's own match (5, 6) is 2 long: only a longer one from the cache is weighed
+    assert plan.mode == "lookup" and plan.depths == (4,)
+    assert p.draft(_runner(), seqs, plan)[0].tokens == [1, 2, 3, 4]
+    # without shared bins the planner never asks the cache, and copies its own (weak) copy or drafts
+    assert MtpPlannedPolicy(state, 4, DEFAULT_POOLS).shared_ngram == 0
+
+
 def _deep_copying_state(rate: float) -> SpecCostState:
     """_copying_state(rate) whose table also prices verifies past kmax 4: to 8 at width 1, to 6 at width 8."""
     state = _copying_state(rate)

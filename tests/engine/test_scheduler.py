@@ -263,6 +263,33 @@ def test_shared_lookup_is_scoped_by_tenant(model):
     assert bob.host_draft(3).tokens == []
 
 
+def test_a_planner_with_shared_bins_copies_from_the_tenants_finished_requests(model):
+    from met.engine.policy_mtp import MtpPlannedPolicy
+    from met.speculative.spec_capacity import DEFAULT_POOLS
+    from met.speculative.spec_cost import (AcceptanceCalibration, Cell, CostTable, DrafterKey, LookupBin,
+                                           PositionPrior, SpecCostState, TableKey)
+
+    key = TableKey("box", "r@d", "none", {"decode": "a", "verify": "b", "draft_mtp": "c"})
+    cells = [Cell(n, k, 0.01 * (1 + 0.1 * k), 0.0002 * k * n) for n in (1, 2) for k in range(3)]
+    drafter = DrafterKey("mtp", "r", "d")
+    bins = [LookupBin(2, 12, (0.9, 0.9), (1000, 900))]
+    cal = AcceptanceCalibration(drafter, 0.6, 1000, (), [PositionPrior(1, 0.6, 1000)],
+                                lookup=[LookupBin(1, 12, (0.9, 0.9), (1000, 900))], shared_lookup=bins)
+    policy = MtpPlannedPolicy(SpecCostState(CostTable(key, cells), cal, 0.1, key, drafter), model.cfg.mtp_depth,
+                              DEFAULT_POOLS)
+    sched = Scheduler(ModelRunner(model, 2), policy, "micro@t")
+    assert (sched.shared.params.min_ngram, sched.shared.params.max_ngram) == (2, 12)
+    prompts = _prompts(4, seed=9)
+    out = _drive(sched, [Request(str(i), tuple(p), 20, tenant="alice") for i, p in enumerate(prompts)])
+    assert [text for text, _ in out] == [_solo(model, p, 20) for p in prompts]  # greedy text, whatever was copied
+    assert sched.shared.scope_requests(sched.scope(Request("x", (1,), 1, tenant="alice"))) == 4  # finished: held
+    held = [*prompts[0], *encode(out[0][0])]
+    alice = sched._proposer(Request("a", (200, 201, *held[:6]), 4, tenant="alice"))
+    bob = sched._proposer(Request("b", (200, 201, *held[:6]), 4, tenant="bob"))
+    assert alice.shared_copy(3, 0) == (6, held[6:9])  # six tokens of alice's first request, then what followed
+    assert bob.shared_copy(3, 0) == (0, [])
+
+
 def test_energy_counts_each_step_as_it_ran_not_as_first_planned(model):
     # A metered table where plain decode is cheapest: the planner plans k = 0 on every step, and every
     # PROBE_AFTER plain steps a probe drafts anyway. The counter prices each step at its width and the
