@@ -20,7 +20,8 @@ decision's expected tokens (every sequence, bonus included: PlanDecision.expecte
 tokens its verify emitted (the sum of Outcome.emitted: accepted drafts plus the bonus, past EOS
 too) and the seconds the policy's observe is given (draft + verify). Steps are grouped by width,
 source and k. Source is the decision's `lookup` or `mixed`; otherwise it is `mtp` if any sequence
-drafted, else `plain`. k is the first plan's k. On an `mtp` step the replans made while drafting
+drafted, else `plain`; "(shared)" marks a step where some copies came from other requests (the
+shared lookup cache). k is the first plan's k. On an `mtp` step the replans made while drafting
 may verify deeper or shallower than k (the verified column shows how deep), so the expectation
 there is the first plan's. A k = 0 `mtp` step is a probe. A `plain` step with k > 0 is one the clamps left
 with no drafts (a request's last token, no KV room), so it emits one token per sequence.
@@ -128,6 +129,7 @@ def planned_step(plan: StepPlan, outcomes: Sequence[Outcome], seconds: float) ->
     if d is None:
         return None
     source = d.source if d.source in ("lookup", "mixed") else "mtp" if any(plan.depths) else "plain"
+    source += " (shared)" if plan.shared else ""  # some copies came from other requests
     return PlannedStep(len(outcomes), source, d.k, d.expected_tokens, sum(o.emitted for o in outcomes),
                        max((o.proposed for o in outcomes), default=0), seconds)
 

@@ -27,6 +27,7 @@ class StepPlan:
     why: str  # e.g. "ladder", "rung:two", "gate:plain", "plan k=2 ...", with ", clamp:pool" when clamped
     decision: PlanDecision | None = None  # the measured planner's figures (--spec-cost-model measured)
     table: CostTable | None = None  # prices the step as it ran (the measured planner's table; None: not priced)
+    shared: int = 0  # sequences whose drafts are copies from other requests (the measured planner's shared copies)
 
 
 @dataclass(frozen=True, slots=True)

@@ -133,6 +133,7 @@ class MtpPlannedPolicy:
         # and other requests' tokens, in the shared lookup cache, where the calibration prices copies from there
         self.shared_ngram = LOOKUP_MAX_NGRAM if self.copy_ngram and state.calibration.shared_lookup else 0
         self._copies: list[list[int]] = []  # the copies the last plan weighed, one per sequence
+        self._shared: list[bool] = []  # whether each of them came from the shared lookup cache
 
     def kmax(self, width: int) -> int:
         """The deepest a step of this width plans: the table's, the model's MTP depth and the verify pool, the least."""
@@ -163,8 +164,10 @@ class MtpPlannedPolicy:
             self.plain_steps = 0 if any(depths) else self.plain_steps + 1
             self.probing = False
             mode = "lookup" if all(c or not d for c, d in zip(copying, depths)) else "mtp"
-            return StepPlan(drafting(mode, depths), decision.k, depths, joined(decision.why, clamp), decision,
-                            self.state.table)
+            shared = sum(bool(c and d and s) for c, d, s in zip(copying, depths, self._shared))
+            why = f"{decision.why}, {shared} from other requests" if shared else decision.why
+            return StepPlan(drafting(mode, depths), decision.k, depths, joined(why, clamp), decision,
+                            self.state.table, shared)
         if decision.k:
             self.probe_after = PROBE_AFTER
         elif self.probing:  # the last step probed and its drafts did not convince the plan
@@ -188,13 +191,14 @@ class MtpPlannedPolicy:
         The copy is the history's own, or the shared cache's where that match is longer (with shared bins).
         """
         calibration = self.state.calibration
-        self._copies, weighed = [], []
+        self._copies, self._shared, weighed = [], [], []
         for s, r in zip(seqs, room):
             n, copy = s.proposer.matched_copy(r) if r else (0, [])
             shared_n, shared = s.proposer.shared_copy(r, n) if r and self.shared_ngram else (0, [])
             if shared:
                 n, copy = shared_n, shared
             self._copies.append(copy)
+            self._shared.append(bool(shared))
             weighed.append(calibration.copy_accepted_by_depth(n, len(copy), kmax, bool(shared)) if copy else None)
         return weighed
 

@@ -402,7 +402,8 @@ def test_measured_planner_copies_from_other_requests_where_their_match_is_longer
     seqs[0].proposer = Proposer("mtp", (5, 6, 7, 8, 9, 5, 6), copy_ngram=LOOKUP_MAX_NGRAM, shared=cache)
     plan = p.plan(_runner(), seqs)
     assert asked == [2]  # the history's own match (5, 6) is 2 long: only a longer one from the cache is weighed
-    assert plan.mode == "lookup" and plan.depths == (4,)
+    assert plan.mode == "lookup" and plan.depths == (4,) and plan.shared == 1
+    assert plan.why.startswith("copy k=4") and plan.why.endswith(", 1 from other requests")
     assert p.draft(_runner(), seqs, plan)[0].tokens == [1, 2, 3, 4]
     # without shared bins the planner never asks the cache, and copies its own (weak) copy or drafts
     assert MtpPlannedPolicy(state, 4, DEFAULT_POOLS).shared_ngram == 0
