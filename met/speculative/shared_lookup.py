@@ -12,18 +12,20 @@ share, and a per-scope quota would leave memory idle while one tenant is busy. A
 than the whole budget is not held. Evicting a request removes every index entry that points into
 it; since it is its scope's oldest, no entry could fall back to an older occurrence.
 
-Matching: the longest suffix n-gram of the caller's history (n in [min_ngram, max_ngram]) whose
-latest occurrence with a continuation lies in the newest held request of the scope containing it,
-at its latest position; the proposal is that request's tokens after it. Requests are separate
-streams: an n-gram never spans two requests.
+Matching: the longest suffix n-gram of the caller's history (n in [min_ngram, max_ngram], or
+the params' listed lengths) whose latest occurrence with a continuation lies in the newest held
+request of the scope containing it, at its latest position; the proposal is that request's tokens
+after it. Requests are separate streams: an n-gram never spans two requests.
 
 The scheduler thread owns an instance; there is no lock.
 """
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import count
+from itertools import count, repeat
+
+from met.speculative.prompt_lookup import check_lengths, ngram_lengths
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,17 +45,23 @@ class SharedLookupParams:
     budget_tokens: int = 1 << 20  # total tokens held across scopes (~100 B of index per token and n)
     min_ngram: int = 2  # across requests a single shared token is too weak evidence to copy on
     max_ngram: int = 4
+    lengths: tuple[int, ...] = ()  # the n indexed and matched, rising, within the range; (): every n in it
+
+    @property
+    def ngrams(self) -> tuple[int, ...]:
+        """The n-gram lengths indexed, rising."""
+        return ngram_lengths(self.lengths, self.min_ngram, self.max_ngram)
 
     @classmethod
-    def index_bound(cls, min_ngram: int, max_ngram: int) -> "SharedLookupParams":
-        """An n-gram range with the budget that bounds its index as the default's (tokens x n-gram lengths).
+    def index_bound(cls, min_ngram: int, max_ngram: int, lengths: tuple[int, ...] = ()) -> "SharedLookupParams":
+        """An n-gram range (or its listed lengths) with the budget that bounds its index as the default's.
 
-        The measured planner matches up to 12 tokens, four times the default's lengths: a quarter of
-        the tokens, so that host memory holds the same number of index entries.
+        Index entries are tokens x lengths indexed: the measured planner's six lengths (2 to 12) get
+        half the default's tokens, so that host memory holds the same number of index entries.
         """
         default = cls()
-        entries = default.budget_tokens * (default.max_ngram - default.min_ngram + 1)
-        return cls(max(1, entries // max(1, max_ngram - min_ngram + 1)), min_ngram, max_ngram)
+        entries = default.budget_tokens * len(default.ngrams)
+        return cls(max(1, entries // len(ngram_lengths(lengths, min_ngram, max_ngram))), min_ngram, max_ngram, lengths)
 
     def __post_init__(self) -> None:
         if self.budget_tokens < 1:
@@ -63,6 +71,7 @@ class SharedLookupParams:
                 f"n-gram range [min_ngram={self.min_ngram}, max_ngram={self.max_ngram}] is empty or starts below 1; "
                 "pass 1 <= min_ngram <= max_ngram"
             )
+        check_lengths(self.lengths, self.min_ngram, self.max_ngram)
 
 
 class SharedLookup:
@@ -122,8 +131,8 @@ class SharedLookup:
         self._scope_tokens[scope] = self._scope_tokens.get(scope, 0) + len(held)
         self._scope_requests[scope] = self._scope_requests.get(scope, 0) + 1
         index = self._index.setdefault(scope, {})
-        for key, after in self._ngrams(held):
-            index[key] = (rid, after)  # later positions and newer requests overwrite: latest wins
+        for n in self._lengths(len(held)):  # later positions and newer requests overwrite: latest wins
+            index.update(zip(self._grams(held, n), zip(repeat(rid), range(n, len(held)))))
         return True
 
     def match(self, scope: ScopeKey, history: Sequence[int]) -> tuple[int, tuple[int, ...], int] | None:
@@ -132,11 +141,12 @@ class SharedLookup:
         if not index:
             return None
         length = len(history)
-        for n in range(min(self.params.max_ngram, length), self.params.min_ngram - 1, -1):
-            hit = index.get(tuple(history[length - n :]))
-            if hit is not None:
-                rid, after = hit
-                return n, self._held[rid][1], after
+        for n in reversed(self.params.ngrams):
+            if n <= length:
+                hit = index.get(tuple(history[length - n :]))
+                if hit is not None:
+                    rid, after = hit
+                    return n, self._held[rid][1], after
         return None
 
     def matched_copy(self, scope: ScopeKey, history: Sequence[int], num_drafts: int,
@@ -152,11 +162,14 @@ class SharedLookup:
         length = len(history)
         tail = tuple(history[max(0, length - self.params.max_ngram):])  # one copy; each n's suffix is a slice
         size = len(tail)
-        for n in range(size, max(self.params.min_ngram, longer_than + 1) - 1, -1):
-            hit = index.get(tail[size - n:])
-            if hit is not None:
-                rid, after = hit
-                return n, list(self._held[rid][1][after: after + num_drafts])
+        for n in reversed(self.params.ngrams):
+            if n <= longer_than:
+                break
+            if n <= size:
+                hit = index.get(tail[size - n:])
+                if hit is not None:
+                    rid, after = hit
+                    return n, list(self._held[rid][1][after: after + num_drafts])
         return 0, []
 
     def propose(self, scope: ScopeKey, history: Sequence[int], num_drafts: int) -> list[int]:
@@ -167,25 +180,25 @@ class SharedLookup:
         _, tokens, after = found
         return list(tokens[after : after + num_drafts])
 
-    def _ngrams(self, tokens: tuple[int, ...]) -> Iterable[tuple[tuple[int, ...], int]]:
-        """Yield (n-gram, position after it) for every n-gram of tokens that has a continuation.
+    def _lengths(self, size: int) -> list[int]:
+        """The n-gram lengths a request of `size` tokens is indexed at (an n-gram needs a token after it)."""
+        return [n for n in self.params.ngrams if n < size]
 
-        One n at a time, each n's in order of position (so a later occurrence overwrites an earlier
-        one of the same n-gram), built by zipping n shifted slices: no Python loop per token and n.
-        """
+    @staticmethod
+    def _grams(tokens: tuple[int, ...], n: int) -> Iterator[tuple[int, ...]]:
+        """The n-grams of tokens that have a continuation, in order of position (n shifted slices zipped, in C)."""
         end = len(tokens)
-        for n in range(self.params.min_ngram, self.params.max_ngram + 1):
-            if n < end:
-                yield from zip(zip(*[tokens[i: end - n + i] for i in range(n)]), range(n, end))
+        return zip(*[tokens[i: end - n + i] for i in range(n)])
 
     def _evict_oldest(self) -> None:
         rid = self._order.popleft()
         scope, tokens = self._held.pop(rid)
         index = self._index[scope]
-        for key, _ in self._ngrams(tokens):
-            hit = index.get(key)
-            if hit is not None and hit[0] == rid:
-                del index[key]
+        for n in self._lengths(len(tokens)):
+            for key in self._grams(tokens, n):
+                hit = index.get(key)
+                if hit is not None and hit[0] == rid:
+                    del index[key]
         self._tokens_held -= len(tokens)
         self._scope_tokens[scope] -= len(tokens)
         self._scope_requests[scope] -= 1

@@ -205,6 +205,20 @@ def test_matched_copy_answers_only_a_match_longer_than_asked() -> None:
 def test_a_wider_ngram_range_keeps_the_defaults_index_bound() -> None:
     default = SharedLookupParams()
     wide = SharedLookupParams.index_bound(2, 12)
-    assert (wide.min_ngram, wide.max_ngram) == (2, 12)
+    assert (wide.min_ngram, wide.max_ngram, wide.ngrams) == (2, 12, tuple(range(2, 13)))
     entries = default.budget_tokens * (default.max_ngram - default.min_ngram + 1)
     assert wide.budget_tokens * 11 <= entries < (wide.budget_tokens + 1) * 11
+
+
+def test_listed_lengths_are_the_only_ones_indexed_and_matched() -> None:
+    shared = SharedLookup(SharedLookupParams(budget_tokens=100, min_ngram=2, max_ngram=6, lengths=(2, 4)))
+    shared.add_request(BASE, [1, 2, 3, 4, 5, 6])
+    # the history's last 3 tokens (2, 3, 4) recur, but 3 is not listed: matched as its last 2, (3, 4)
+    assert shared.matched_copy(BASE, [9, 2, 3, 4], 2) == (2, [5, 6])
+    assert shared.matched_copy(BASE, [1, 2, 3, 4], 2) == (4, [5, 6])
+    assert shared.matched_copy(BASE, [1, 2, 3, 4], 2, longer_than=3) == (4, [5, 6])
+    assert shared.index_entries == 4 + 2  # the 2-grams and 4-grams with a continuation
+    with pytest.raises(ValueError, match="lengths"):
+        SharedLookupParams(min_ngram=2, max_ngram=4, lengths=(1, 2))
+    bound = SharedLookupParams.index_bound(2, 12, (2, 3, 4, 6, 8, 12))
+    assert bound.budget_tokens == SharedLookupParams().budget_tokens * 3 // 6 and bound.ngrams == (2, 3, 4, 6, 8, 12)
