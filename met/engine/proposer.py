@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from met.engine.runner import Draft
 from met.speculative.prompt_lookup import LookupParams, PromptLookup
+from met.speculative.spec_cost.lookup import copy_params
 
 SPEC_MODES = ("off", "mtp", "ngram", "prompt-lookup", "dflash")
 HOST_MODES = ("ngram", "prompt-lookup")  # modes whose drafts come from the history, not a model
@@ -30,7 +31,7 @@ class Proposer:
         """min_ngram: the shortest suffix match that proposes drafts (--lookup-min-ngram; 1..NGRAM_MAX).
 
         copy_ngram: in a mode that drafts with a model, index the history anyway, matching suffixes
-        of 1..copy_ngram tokens, so that the measured planner can weigh copies (`matched_copy`)
+        of 1..copy_ngram tokens (at the lengths lookup.copy_lengths lists), so that the measured planner can weigh copies (`matched_copy`)
         against drafts; 0: no index. shared: where the planner's `shared_copy` asks the tenant's
         shared lookup cache (the scheduler wires it); None: it has none.
         """
@@ -44,7 +45,7 @@ class Proposer:
         if mode in HOST_MODES:
             params = LookupParams(min_ngram=min_ngram, max_ngram=NGRAM_MAX)
         elif copy_ngram:
-            params = LookupParams(min_ngram=1, max_ngram=copy_ngram)
+            params = copy_params(copy_ngram)  # the lengths the calibration's bins start at
         self.lookup = PromptLookup(params, prompt) if params is not None else None
         self.own = True  # whether the last draft came from this sequence's own history
 

@@ -36,6 +36,7 @@ from met.engine.tick_counters import TickCounters
 from met.model.tokenizer import BYTES, Tokenizer
 from met.speculative.shared_lookup import ScopeKey, SharedLookup, SharedLookupParams
 from met.speculative.snapshot import SchedulerSnapshot, SnapshotCell
+from met.speculative.spec_cost.lookup import shared_copy_params
 from met.speculative.spec_stats import SpecStats
 
 log = logging.getLogger("met.scheduler")
@@ -63,7 +64,7 @@ class Scheduler:
         self.min_ngram = getattr(policy, "min_ngram", 1)
         self.shared_ngram = getattr(policy, "shared_ngram", 0)  # a planner that weighs other requests' copies too
         lowest = max(SharedLookupParams().min_ngram, self.min_ngram)
-        cross = SharedLookupParams.index_bound(lowest, self.shared_ngram) if self.shared_ngram else \
+        cross = shared_copy_params(None, lowest, self.shared_ngram) if self.shared_ngram else \
             SharedLookupParams(min_ngram=lowest)
         self.shared = shared if shared is not None else SharedLookup(cross)
         self.clock = clock

@@ -11,6 +11,11 @@ The proposal is the continuation of that occurrence, up to a window that doubles
 accepted copy and halves after a broken one, within [min_window, max_window]. Proposals equal
 `ngram.propose(history, max_ngram, min_ngram, window)`.
 
+Params may list the lengths indexed (`lengths`): the measured planner's copies index only the
+lengths its calibration's bins start at (1, 2, 3, 4, 6, 8, 12), so a 7-token recurring suffix
+is matched as its last 6 (the same bin) at a little over half the index work; such an index
+matches the longest listed length, and its proposals are no longer `ngram.propose`'s.
+
 Worked example, params min_ngram=1, max_ngram=2, history [1, 2, 3, 1, 2]:
 the index holds (1,)->4, (2,)->2, (3,)->3, (1, 2)->2, (2, 3)->3, (3, 1)->4; the final (2,) and
 (1, 2), which have no continuation yet, are not entered. The suffix (1, 2) maps to 2, so with window 4 the proposal is
@@ -32,6 +37,7 @@ class LookupParams:
     min_window: int = 1  # the window never falls below this many drafts
     initial_window: int = 4  # drafts offered before any copy was observed
     max_window: int = 16  # doubling stops here; the verify capacity clamps further anyway
+    lengths: tuple[int, ...] = ()  # the n indexed and matched, rising, within the range; (): every n in it
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_ngram <= self.max_ngram:
@@ -39,11 +45,25 @@ class LookupParams:
                 f"n-gram range [min_ngram={self.min_ngram}, max_ngram={self.max_ngram}] is empty or starts below 1; "
                 "pass 1 <= min_ngram <= max_ngram"
             )
+        check_lengths(self.lengths, self.min_ngram, self.max_ngram)
         if not 1 <= self.min_window <= self.initial_window <= self.max_window:
             raise ValueError(
                 f"window bounds min_window={self.min_window}, initial_window={self.initial_window}, "
                 f"max_window={self.max_window} are out of order; pass 1 <= min_window <= initial_window <= max_window"
             )
+
+
+def check_lengths(lengths: tuple[int, ...], lo: int, hi: int) -> None:
+    """n-gram lengths rising strictly within [lo, hi] (empty: every length in it); ValueError otherwise."""
+    if not isinstance(lengths, tuple) or any(isinstance(n, bool) or not isinstance(n, int) for n in lengths):
+        raise ValueError(f"n-gram lengths {lengths!r} are not a tuple of whole numbers")
+    if any(not lo <= n <= hi for n in lengths) or any(a >= b for a, b in zip(lengths, lengths[1:])):
+        raise ValueError(f"n-gram lengths {lengths} do not rise strictly within [{lo}, {hi}]")
+
+
+def ngram_lengths(lengths: tuple[int, ...], lo: int, hi: int) -> tuple[int, ...]:
+    """The n-gram lengths an index holds: `lengths`, or every one in [lo, hi] when it is empty."""
+    return lengths or tuple(range(lo, hi + 1))
 
 
 def next_window(window: int, proposed: int, accepted: int, params: LookupParams) -> int:
@@ -60,10 +80,11 @@ def next_window(window: int, proposed: int, accepted: int, params: LookupParams)
 class PromptLookup:
     """One sequence's history, its n-gram index, and its copy window."""
 
-    __slots__ = ("params", "_tokens", "_index", "_window")
+    __slots__ = ("params", "_tokens", "_index", "_window", "_lengths")
 
     def __init__(self, params: LookupParams | None = None, tokens: Iterable[int] = ()) -> None:
         self.params = params if params is not None else LookupParams()
+        self._lengths = ngram_lengths(self.params.lengths, self.params.min_ngram, self.params.max_ngram)
         self._tokens: list[int] = []
         # n-gram -> position just after its latest occurrence that has a continuation (< len(history))
         self._index: dict[tuple[int, ...], int] = {}
@@ -96,22 +117,24 @@ class PromptLookup:
         prompt) builds each n's keys in one pass (zip of n shifted slices, no Python loop per token);
         a step's few tokens slice one tuple of the last max_ngram tokens per position.
         """
-        history, index = self._tokens, self._index
-        lo, hi = self.params.min_ngram, self.params.max_ngram
+        history, index, lengths = self._tokens, self._index, self._lengths
         start = len(history)
         history.extend(tokens)
         end = len(history)
         if end - start > BULK_EXTEND:
-            for n in range(lo, hi + 1):
+            for n in lengths:
                 first = max(start, n)  # an n-gram ending at e needs e >= n tokens before it
                 if first < end:
                     grams = zip(*[history[first - n + i : end - n + i] for i in range(n)])
                     index.update(zip(grams, range(first, end)))
             return
+        hi = lengths[-1]
         for e in range(start, end):
             tail = tuple(history[max(0, e - hi) : e])
             size = len(tail)
-            for n in range(lo, size + 1):
+            for n in lengths:
+                if n > size:
+                    break
                 index[tail[size - n :]] = e
 
     def match(self) -> tuple[int, int] | None:
@@ -119,10 +142,12 @@ class PromptLookup:
         history, index = self._tokens, self._index
         tail = tuple(history[-self.params.max_ngram :])  # one copy; each n's suffix is a slice of it
         size = len(tail)
-        for n in range(min(size, len(history) - 1), self.params.min_ngram - 1, -1):
-            after = index.get(tail[size - n :])
-            if after is not None:
-                return n, after
+        longest = min(size, len(history) - 1)
+        for n in reversed(self._lengths):
+            if n <= longest:
+                after = index.get(tail[size - n :])
+                if after is not None:
+                    return n, after
         return None
 
     def copy(self, num_tokens: int) -> list[int]:

@@ -8,10 +8,11 @@ from met.speculative import ngram
 from met.speculative.prompt_lookup import BULK_EXTEND, LookupParams, PromptLookup, next_window
 
 
-def brute_force(history: list[int], max_ngram: int, min_ngram: int, num_drafts: int) -> list[int]:
-    """Every earlier occurrence of every suffix in range; keep the longest n, then the latest start."""
+def brute_force(history: list[int], max_ngram: int, min_ngram: int, num_drafts: int,
+                lengths: tuple[int, ...] = ()) -> list[int]:
+    """Every earlier occurrence of every suffix in range (or of the listed lengths); the longest n, then the latest."""
     best: tuple[int, int] | None = None
-    for n in range(min_ngram, max_ngram + 1):
+    for n in lengths or range(min_ngram, max_ngram + 1):
         for start in range(len(history) - n):  # start + n < len: the occurrence has a continuation
             if history[start : start + n] == history[len(history) - n :]:
                 best = max(best or (n, start), (n, start))
@@ -88,6 +89,11 @@ def test_next_window_rejects_more_accepted_than_proposed() -> None:
         {"min_window": 0},  # a window of 0 drafts is no proposer
         {"min_window": 5, "initial_window": 4},  # initial below min
         {"initial_window": 32, "max_window": 16},  # initial above max
+        {"max_ngram": 4, "lengths": (1, 5)},  # a listed length outside the range
+        {"max_ngram": 4, "lengths": (3, 2)},  # not rising
+        {"max_ngram": 4, "lengths": (2, 2)},  # repeated
+        {"max_ngram": 4, "lengths": [1, 2]},  # not a tuple
+        {"max_ngram": 4, "lengths": (1, True)},  # not whole numbers
     ],
 )
 def test_params_validate(kwargs: dict[str, int]) -> None:
@@ -185,3 +191,18 @@ def test_a_cyclic_copy_extends_the_plain_copy_by_its_own_period(history: list[in
     m, cyclic = lookup.matched_copy(num, cyclic=True)
     assert n == m and cyclic[: len(plain)] == plain and len(cyclic) == (num if plain else 0)
     assert all(cyclic[j] == cyclic[j - len(plain)] for j in range(len(plain), len(cyclic)))
+
+
+@given(histories, st.lists(st.integers(1, 6), min_size=1, max_size=4, unique=True), st.integers(1, 6),
+       st.lists(st.integers(0, 50), max_size=3))
+def test_listed_lengths_match_the_longest_listed_suffix_at_its_latest_occurrence(
+        history: list[int], lengths: list[int], num_drafts: int, cuts: list[int]) -> None:
+    listed = tuple(sorted(lengths))
+    params = LookupParams(min_ngram=1, max_ngram=6, lengths=listed)
+    bulk, single = PromptLookup(params, history), PromptLookup(params)
+    for token in history:
+        single.extend([token])
+    assert bulk._index == single._index
+    assert bulk.copy(num_drafts) == brute_force(history, 6, 1, num_drafts, listed)
+    found = bulk.match()
+    assert found is None or found[0] in listed

@@ -4,9 +4,9 @@ import pytest
 
 from met.speculative.spec_cost import (AcceptanceCalibration, Cell, CostTable, DrafterKey, TableKey, TableParseError,
                                        VerifyCell)
-from met.speculative.spec_cost.lookup import (FIT_DEPTH, LOOKUP_MAX_NGRAM, SHARED_MIN_NGRAM, LookupBin,
-                                              copy_accepted_by_depth, fit_lookup, fit_shared_lookup, judged_copies,
-                                              judged_shared_copies)
+from met.speculative.spec_cost.lookup import (FIT_DEPTH, FIT_EDGES, LOOKUP_MAX_NGRAM, SHARED_MIN_NGRAM, LookupBin,
+                                              copy_accepted_by_depth, copy_lengths, fit_lookup, fit_shared_lookup,
+                                              judged_copies, judged_shared_copies, shared_copy_params)
 from met.speculative.spec_cost.plan import estimate_copies, plan_depth
 
 DRAFTER = DrafterKey("mtp", "r", "d")
@@ -87,6 +87,16 @@ def test_shared_copies_are_judged_only_where_the_earlier_streams_match_is_longer
     assert all(n >= SHARED_MIN_NGRAM for n, _ in judged)  # a 1-token match is too short for the shared cache
     # a history whose own match (3, 4) is as long as the first stream's is not judged against it: its own wins
     assert list(judged_shared_copies([first, ([3, 4, 5, 3, 4], [5])])) == []
+
+
+def test_copy_indexes_hold_only_the_lengths_bins_start_at():
+    assert copy_lengths(LOOKUP_MAX_NGRAM) == FIT_EDGES == (1, 2, 3, 4, 6, 8, 12)
+    assert copy_lengths(4) == (1, 2, 3, 4) and copy_lengths(12, SHARED_MIN_NGRAM) == (2, 3, 4, 6, 8, 12)
+    params = shared_copy_params()
+    assert (params.min_ngram, params.max_ngram, params.ngrams) == (2, 12, (2, 3, 4, 6, 8, 12))
+    # a bin spans whole starting bins, so a match found at a bin's start prices as the longer one would
+    judged = list(judged_copies([1, 2, 3, 4, 5, 6, 7, 9], [1, 2, 3, 4, 5, 6, 7, 8]))
+    assert [n for n, _ in judged][:7] == [1, 2, 3, 4, 4, 6, 6]  # 5 and 7 recur as their last 4 and 6
 
 
 def test_shared_bins_start_at_the_shared_caches_shortest_match_and_cover_to_the_longest():

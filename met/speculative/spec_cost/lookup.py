@@ -41,6 +41,34 @@ SHARED_MIN_NGRAM = SharedLookupParams().min_ngram  # the shortest match the shar
 SHARED_FIT_EDGES = FIT_EDGES[FIT_EDGES.index(SHARED_MIN_NGRAM):]  # the shared bins' start: [2], [3], [4, 5], ...
 
 
+def copy_lengths(longest: int, shortest: int = 1) -> tuple[int, ...]:
+    """The n-gram lengths the planner's copy indexes hold, shortest..=longest: the bins' starts (FIT_EDGES).
+
+    A bin's rates hold for every match length in it, so an index needs only each bin's shortest
+    length: a recurring 7-token suffix is matched as its last 6 (bin [6, 7]), with the copy of
+    that 6-gram's latest occurrence (which the fit judges alike), at 7 index entries a token
+    instead of 12.
+    """
+    return tuple(n for n in FIT_EDGES if shortest <= n <= longest)
+
+
+def copy_params(longest: int = LOOKUP_MAX_NGRAM) -> LookupParams:
+    """The planner's own-history copy index: matches of 1..=longest tokens at copy_lengths."""
+    return LookupParams(min_ngram=1, max_ngram=longest, lengths=copy_lengths(longest))
+
+
+def shared_copy_params(budget_tokens: int | None = None, shortest: int = SHARED_MIN_NGRAM,
+                       longest: int = LOOKUP_MAX_NGRAM) -> SharedLookupParams:
+    """The shared cache the planner copies from: matches of shortest..=longest tokens at copy_lengths.
+
+    budget_tokens None: the default's index entries (SharedLookupParams.index_bound).
+    """
+    lengths = copy_lengths(longest, shortest)
+    if budget_tokens is None:
+        return SharedLookupParams.index_bound(shortest, longest, lengths)
+    return SharedLookupParams(budget_tokens, shortest, longest, lengths)
+
+
 @dataclass(frozen=True, slots=True)
 class LookupBin:
     """Copies whose match was min_match..=max_match tokens long: the accept rate of the draft at each position.
@@ -81,18 +109,22 @@ def judged_copies(prompt: Sequence[int], generated: Sequence[int], max_ngram: in
     Judged as a verify judges: drafts 1..a accepted, draft a + 1 rejected, the rest unjudged; a copy
     that runs past the end of `generated` is judged only as far as it goes.
     """
-    lookup = PromptLookup(LookupParams(min_ngram=1, max_ngram=max_ngram), prompt)
+    lookup = PromptLookup(copy_params(max_ngram), prompt)
     for i in range(len(generated)):
         n, copy = lookup.matched_copy(min(depth, len(generated) - i), cyclic=True)
-        if copy:
-            judged = []
-            for draft, truth in zip(copy, generated[i:]):
-                judged.append(draft == truth)
-                if draft != truth:
-                    break
-            if judged:
-                yield n, judged
+        if judged := _judge(copy, generated[i:]):
+            yield n, judged
         lookup.extend(generated[i: i + 1])
+
+
+def _judge(copy: Sequence[int], truth: Sequence[int]) -> list[bool]:
+    """A copy judged against the tokens that came: True while they agree, then one False (if any), then none."""
+    judged = []
+    for draft, token in zip(copy, truth):
+        judged.append(draft == token)
+        if draft != token:
+            break
+    return judged
 
 
 def judged_shared_copies(streams: Iterable[tuple[Sequence[int], Sequence[int]]], max_ngram: int = LOOKUP_MAX_NGRAM,
@@ -104,20 +136,15 @@ def judged_shared_copies(streams: Iterable[tuple[Sequence[int], Sequence[int]]],
     holds finished requests. A shared copy is what followed its match in that earlier stream, never
     cyclic (the stream is whole), judged as `judged_copies` judges.
     """
-    shared = SharedLookup(SharedLookupParams(budget_tokens=1 << 62, min_ngram=SHARED_MIN_NGRAM, max_ngram=max_ngram))
+    shared = SharedLookup(shared_copy_params(1 << 62, longest=max_ngram))
     scope = ScopeKey("fit", "fit", None, "fit")
     for prompt, generated in streams:
-        own = PromptLookup(LookupParams(min_ngram=1, max_ngram=max_ngram), prompt)
+        own = PromptLookup(copy_params(max_ngram), prompt)
         history = list(prompt)
         for i in range(len(generated)):
             found = own.match()
             n, copy = shared.matched_copy(scope, history, min(depth, len(generated) - i), found[0] if found else 0)
-            judged = []
-            for draft, truth in zip(copy, generated[i:]):
-                judged.append(draft == truth)
-                if draft != truth:
-                    break
-            if judged:
+            if judged := _judge(copy, generated[i:]):
                 yield n, judged
             own.extend(generated[i: i + 1])
             history.append(generated[i])
