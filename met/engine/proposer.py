@@ -31,9 +31,9 @@ class Proposer:
         """min_ngram: the shortest suffix match that proposes drafts (--lookup-min-ngram; 1..NGRAM_MAX).
 
         copy_ngram: in a mode that drafts with a model, index the history anyway, matching suffixes
-        of 1..copy_ngram tokens (at the lengths lookup.copy_lengths lists), so that the measured planner can weigh copies (`matched_copy`)
-        against drafts; 0: no index. shared: where the planner's `shared_copy` asks the tenant's
-        shared lookup cache (the scheduler wires it); None: it has none.
+        of 1..copy_ngram tokens (at the lengths lookup.copy_lengths lists), so that the measured
+        planner can weigh copies (`matched_copy`) against drafts; 0: no index. shared: where the
+        planner's `shared_copy` asks the tenant's shared lookup cache (the scheduler wires it); None: none.
         """
         if mode not in SPEC_MODES:
             raise ValueError(f"unknown spec mode {mode!r}; choose one of {', '.join(SPEC_MODES)}")

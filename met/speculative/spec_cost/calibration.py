@@ -115,7 +115,8 @@ class AcceptanceCalibration:
     _positions: list[int] = field(init=False, repr=False, compare=False)  # the priors' positions, for bisect
     _carry_uppers: list[float] = field(init=False, repr=False, compare=False)  # the carry-over bins' uppers
     _carried: dict[int, tuple[float, ...]] = field(init=False, repr=False, compare=False)  # per carry bin, made once
-    _copied: dict[tuple[int, int, int, bool], tuple[float, ...]] = field(init=False, repr=False, compare=False)  # per ask
+    # per ask: (match, length, depth, shared) -> expected accepted drafts by depth
+    _copied: dict[tuple[int, int, int, bool], tuple[float, ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.drafter, DrafterKey):
