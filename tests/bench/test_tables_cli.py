@@ -389,6 +389,14 @@ def test_check_counts_and_show_prints_prompt_lookups_bins(tmp_path):
     assert re.search(r"1-2\s+k=1\s+k=1 *\n", plans) and re.search(r"3-12\s+copy k=1\s+copy k=1 *\n", plans)
     plain = tables("show", str(write(tmp_path, TABLE)), "--calibration", str(write(tmp_path, calibration_text(), "c2.toml")))
     assert "prompt-lookup copies" not in plain.stdout
+    assert "copies from other requests" not in result.stdout  # no shared bins: no grid for them
+    shared = [LookupBin(2, 12, (0.625, 0.75), (200, 150))]
+    both = write(tmp_path, replace(bare, lookup=bins, shared_lookup=shared).to_toml(), "both.toml")
+    code, out, _ = check(both)
+    assert code == EX_OK and "2 prompt-lookup bins, 1 shared-lookup bins" in out
+    shown = tables("show", str(write(tmp_path, TABLE)), "--calibration", str(both)).stdout
+    grid = shown.split("copies from other requests")[1].split("plan when every request's copy")[0]
+    assert re.search(r"2-12\s+200\s+0\.62\s+0\.75 *\n", grid)
 
 
 def test_show_plans_copies_past_kmax_where_the_table_has_verify_cells_there(tmp_path):

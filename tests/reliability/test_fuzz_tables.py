@@ -41,6 +41,9 @@ def test_the_valid_files_are_valid(scratch):
     assert not oracle(CALIBRATION.replace(b"outcomes = 300", b"outcomes = 20", 1))
     roomy = CALIBRATION.replace(b"outcomes = 300", b"outcomes = 400", 1)  # valid: more outcomes overall
     assert oracle(roomy) and not oracle(roomy.replace(b"    100,\n    100,\n", b"    100,\n    99,\n", 1))
+    # copy bins: the history's start at 1 and the shared ones at 2, each bin where the one before ends
+    assert not oracle(CALIBRATION.replace(b"min_match = 2", b"min_match = 1", 1))  # the shared bin from 1
+    assert not oracle(CALIBRATION.replace(b"min_match = 4", b"min_match = 5", 1))  # a gap in the history's
 
 
 @pytest.mark.parametrize("base", [TABLE, CALIBRATION], ids=["table", "calibration"])

@@ -10,8 +10,8 @@ from met.engine.identity import MODES, RunSettings, mtp_drafter_key, serve_table
 from met.model.dflash import DflashConfig, DflashDrafter, save_drafter
 from met.serve import boot
 from met.serve.boot import BootError, MeasuredBoot
-from met.speculative.spec_cost import (AcceptanceCalibration, Cell, CostTable, DrafterKey, PositionPrior,
-                                       SpecCostState, TableKey)
+from met.speculative.spec_cost import (AcceptanceCalibration, Cell, CostTable, DrafterKey, LookupBin,
+                                       PositionPrior, SpecCostState, TableKey)
 
 BOX = "test-box"
 
@@ -38,8 +38,9 @@ def table(key: TableKey, meta: dict | None = None, draft_s: float = 0.001) -> Co
     return CostTable(key, cells, meta or {})
 
 
-def calibration(drafter: DrafterKey) -> AcceptanceCalibration:
-    return AcceptanceCalibration(drafter, 0.6, 400, (), [PositionPrior(1, 0.7, 200), PositionPrior(2, 0.5, 100)])
+def calibration(drafter: DrafterKey, lookup: tuple = (), shared_lookup: tuple = ()) -> AcceptanceCalibration:
+    return AcceptanceCalibration(drafter, 0.6, 400, (), [PositionPrior(1, 0.7, 200), PositionPrior(2, 0.5, 100)],
+                                 lookup=lookup, shared_lookup=shared_lookup)
 
 
 def _with(key: TableKey, **changes) -> TableKey:
@@ -115,9 +116,9 @@ def test_default_paths_are_the_bench_defaults():
     assert str(boot.default_calibration(t)) == "tables/cpu-x-2t/met-tiny-py.calibration.toml"
 
 
-def _serve(tmp_path, key, drafter, *extra, meta=None, draft_s=0.001):
+def _serve(tmp_path, key, drafter, *extra, meta=None, draft_s=0.001, cal=None):
     (tmp_path / "t.toml").write_text(table(key, meta, draft_s).to_toml())
-    (tmp_path / "t.calibration.toml").write_text(calibration(drafter).to_toml())
+    (tmp_path / "t.calibration.toml").write_text((cal or calibration(drafter)).to_toml())
     args = ["serve", "--model", "micro-t", "--spec", "mtp", "--spec-cost-model", "measured",
             "--spec-cost-table", str(tmp_path / "t.toml"), "--calibration", str(tmp_path / "t.calibration.toml"),
             "--box-class", BOX, "--energy", "none", "--port", "0", *extra]
@@ -149,6 +150,14 @@ def test_cli_boots_on_a_matching_table(recipe, tmp_path, monkeypatch):
     result = _serve(tmp_path, serve_key(recipe), mtp_drafter_key(recipe), meta={"when": "2026-11-30T00:38:54Z"})
     assert result.exit_code == 0 and "planning from" in result.output
     assert "(measured 2026-11-30 00:38 UTC, " in result.output  # its age beside it: plans age with the box
+    # a calibration with copy bins: the planner weighs copies, and with shared bins other requests' too
+    own, shared = (LookupBin(1, 12, (0.5,), (100,)),), (LookupBin(2, 12, (0.5,), (100,)),)
+    copying = _serve(tmp_path, serve_key(recipe), mtp_drafter_key(recipe),
+                     cal=calibration(mtp_drafter_key(recipe), own)).output
+    assert "weighing copies from each history (the calibration's" in copying
+    both = _serve(tmp_path, serve_key(recipe), mtp_drafter_key(recipe),
+                  cal=calibration(mtp_drafter_key(recipe), own, shared)).output
+    assert "weighing copies from each history and from the tenant's other requests (" in both
 
 
 def test_cli_bad_options_exit_2(recipe, tmp_path):
