@@ -77,10 +77,12 @@ class SharedLookupParams:
 class SharedLookup:
     """Recent requests' tokens, indexed per scope, under one global token budget."""
 
-    __slots__ = ("params", "_ids", "_held", "_order", "_index", "_scope_tokens", "_scope_requests", "_tokens_held")
+    __slots__ = ("params", "_ngrams", "_ids", "_held", "_order", "_index", "_scope_tokens", "_scope_requests",
+                 "_tokens_held")
 
     def __init__(self, params: SharedLookupParams | None = None) -> None:
         self.params = params if params is not None else SharedLookupParams()
+        self._ngrams = self.params.ngrams  # the lengths indexed, rising: asked on every match
         self._ids = count()
         self._held: dict[int, tuple[ScopeKey, tuple[int, ...]]] = {}  # request id -> (scope, tokens)
         self._order: deque[int] = deque()  # request ids, oldest first, all scopes
@@ -135,15 +137,22 @@ class SharedLookup:
             index.update(zip(self._grams(held, n), zip(repeat(rid), range(n, len(held)))))
         return True
 
-    def match(self, scope: ScopeKey, history: Sequence[int]) -> tuple[int, tuple[int, ...], int] | None:
-        """Return (n, held request's tokens, position after the match) for the longest suffix found, or None."""
+    def match(self, scope: ScopeKey, history: Sequence[int],
+              longer_than: int = 0) -> tuple[int, tuple[int, ...], int] | None:
+        """(n, held request's tokens, position after the match) for the longest suffix found, or None.
+
+        longer_than: only a match longer than this (the measured planner passes its history's own).
+        """
         index = self._index.get(scope)
         if not index:
             return None
-        length = len(history)
-        for n in reversed(self.params.ngrams):
-            if n <= length:
-                hit = index.get(tuple(history[length - n :]))
+        tail = tuple(history[max(0, len(history) - self.params.max_ngram):])  # one copy; each n's suffix a slice
+        size = len(tail)
+        for n in reversed(self._ngrams):
+            if n <= longer_than:
+                break
+            if n <= size:
+                hit = index.get(tail[size - n:])
                 if hit is not None:
                     rid, after = hit
                     return n, self._held[rid][1], after
@@ -156,33 +165,19 @@ class SharedLookup:
         (0, []) when there is none (or num_drafts < 1). The measured planner asks with its history's
         own match length, so that only a longer match from another request is weighed against it.
         """
-        index = self._index.get(scope)
-        if not index or num_drafts < 1:
+        found = self.match(scope, history, longer_than) if num_drafts > 0 else None
+        if found is None:
             return 0, []
-        length = len(history)
-        tail = tuple(history[max(0, length - self.params.max_ngram):])  # one copy; each n's suffix is a slice
-        size = len(tail)
-        for n in reversed(self.params.ngrams):
-            if n <= longer_than:
-                break
-            if n <= size:
-                hit = index.get(tail[size - n:])
-                if hit is not None:
-                    rid, after = hit
-                    return n, list(self._held[rid][1][after: after + num_drafts])
-        return 0, []
+        n, tokens, after = found
+        return n, list(tokens[after: after + num_drafts])
 
     def propose(self, scope: ScopeKey, history: Sequence[int], num_drafts: int) -> list[int]:
         """Return up to num_drafts tokens that followed the history's suffix in the scope's held requests."""
-        found = self.match(scope, history) if num_drafts > 0 else None
-        if found is None:
-            return []
-        _, tokens, after = found
-        return list(tokens[after : after + num_drafts])
+        return self.matched_copy(scope, history, num_drafts)[1]
 
     def _lengths(self, size: int) -> list[int]:
         """The n-gram lengths a request of `size` tokens is indexed at (an n-gram needs a token after it)."""
-        return [n for n in self.params.ngrams if n < size]
+        return [n for n in self._ngrams if n < size]
 
     @staticmethod
     def _grams(tokens: tuple[int, ...], n: int) -> Iterator[tuple[int, ...]]:
