@@ -41,11 +41,11 @@ class SpyLookup(SharedLookup):
             self.shadow_tenants.append(scope.tenant)
         return super().add_request(scope, tokens)
 
-    def match(self, scope, history):
-        found = super().match(scope, history)
+    def match(self, scope, history, longer_than=0):
+        found = super().match(scope, history, longer_than)
         if found is not None:
             self.sources.append((scope.tenant, _owner(self, found[1], lambda rid: self._held[rid][0].tenant)))
-        shadow = self.shadow.match(ScopeKey(scope.model, scope.tokenizer, None, "*"), history)
+        shadow = self.shadow.match(ScopeKey(scope.model, scope.tokenizer, None, "*"), history, longer_than)
         if shadow is not None and _owner(self.shadow, shadow[1], self.shadow_tenants.__getitem__) != scope.tenant:
             self.would_cross += 1
         return found
