@@ -15,9 +15,17 @@ from met.model.tokenizer import EOS
 HELDOUT_PERCENT = 3  # share of files (by path hash) held out from training
 
 
+CORPUS_ROOT_ENV = "MET_CORPUS_ROOT"
+
+
 def stdlib_root() -> Path:
-    """The folder of the running interpreter's standard library."""
-    return Path(sysconfig.get_paths()["stdlib"])
+    """The standard library the corpus is read from: $MET_CORPUS_ROOT where set, else the running interpreter's.
+
+    The override is for a box whose python is another version than the one a model was trained on
+    (the model card's corpus root): its own stdlib would give other held-out files, so other
+    benchmark prompts and calibration windows, than the card's split.
+    """
+    return Path(os.environ.get(CORPUS_ROOT_ENV) or sysconfig.get_paths()["stdlib"])
 
 
 THIRD_PARTY = frozenset({"site-packages", "dist-packages"})

@@ -1,5 +1,7 @@
 """Held-out prompts (met.model.corpus): the calibration's windows never share a byte with the benchmarks'; near-copies."""
 
+from pathlib import Path
+
 import pytest
 
 from met.bench.policies import PROMPT_BYTES, PROMPT_OFFSET
@@ -114,3 +116,17 @@ def test_benchmark_files_are_read_once_per_root_and_files(root, monkeypatch):
     (root / "sub").mkdir()
     (root / "sub" / name).write_bytes(_lines(64))
     assert benchmark_files(root) is not benchmark_files(root) and len(reads) == 3
+
+
+def test_met_corpus_root_points_every_cut_at_another_stdlib(root, monkeypatch):
+    # a box whose python is another version reads the card's stdlib instead of its own (scripts/gpu_check.sh)
+    import sysconfig
+
+    from met.model.corpus import CORPUS_ROOT_ENV, stdlib_root
+
+    monkeypatch.delenv(CORPUS_ROOT_ENV, raising=False)
+    assert stdlib_root() == Path(sysconfig.get_paths()["stdlib"])
+    monkeypatch.setenv(CORPUS_ROOT_ENV, str(root))
+    assert stdlib_root() == root
+    assert list(benchmark_files()) == list(benchmark_files(root)) and len(benchmark_files()) == 3
+    assert heldout_prompts(2) == heldout_prompts(2, root=root)
