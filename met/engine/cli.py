@@ -9,7 +9,7 @@ import typer
 
 from met.engine import heap
 from met.engine.generate import NGRAM_MAX, SPEC_MODES, Output, generate as run_generate
-from met.engine.identity import MAX_THREADS, RUN_DTYPES, resolve_run
+from met.engine.identity import MAX_THREADS, RUN_DTYPES, resolve_run, speculation_drift_warning
 from met.engine.prompts import PromptError, PromptsMissing, read_jsonl_prompts, unencodable
 from met.engine.runner import ModelRunner, Sampling
 from met.exit_codes import EX_DATAERR, EX_NOINPUT
@@ -108,6 +108,8 @@ def generate(
     except ValueError as e:
         raise _fail(str(e), 2)
     torch_dtype = getattr(torch, settings.dtype)
+    if (warning := speculation_drift_warning(settings.dtype, spec)) is not None:
+        typer.echo(warning, err=True)
     if prompt is not None and (bad := unencodable(prompt)) is not None:  # argv bytes that are not UTF-8
         raise _fail(f"--prompt {bad}", 2)
     texts = [prompt] if prompt is not None else read_prompts(prompts)

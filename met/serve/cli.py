@@ -11,7 +11,8 @@ from rich.console import Console
 
 from met.bench.tables_cli import measured_ago
 from met.engine import heap
-from met.engine.identity import MAX_THREADS, RunSettings, box_class as derive_box_class, resolve_run
+from met.engine.identity import (MAX_THREADS, RunSettings, box_class as derive_box_class, resolve_run,
+                                 speculation_drift_warning)
 from met.engine.policy import SERVE_SPECS, PolicyConfig
 from met.engine.proposer import NGRAM_MAX
 from met.exit_codes import EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE
@@ -174,6 +175,8 @@ def serve(
                             max_batch, context, cost_state, keys, tokenizer, block)
     heap.settle()  # boot's objects out of the collector's full passes for the life of the serve
     _banner(service, recipe.id, host, port, settings, box, table if cost_state else None, cost_state, keys)
+    if (warning := speculation_drift_warning(settings.dtype, spec)) is not None:
+        typer.echo(f"  {warning}", err=True)
     app = create_app(service)
     try:
         if tui_:

@@ -108,3 +108,15 @@ def test_json_rate_of_a_batched_prompt_is_over_its_own_decode_time(tmp_path, mon
     assert recs[0]["steps"] < recs[1]["steps"]
     # the decode steps' tokens: all but the first, which the prefill chose
     assert [r["tokens_per_s"] for r in recs] == [round((r["tokens"] - 1) / r["steps"], 2) for r in recs]
+
+
+@pytest.mark.parametrize(("dtype", "spec", "warned"), [
+    ("bfloat16", "mtp", True), ("float16", "prompt-lookup", True),  # a verify's rounding may flip a near tie
+    ("bfloat16", "off", False), ("float32", "mtp", False)])
+def test_speculation_in_half_precision_warns_that_greedy_text_can_change(dtype, spec, warned):
+    # on an H200 in bf16 the policies benchmark's greedy texts under speculation differed from plain decode's
+    result = runner.invoke(app, ["generate", "--prompt", "def f(x):\n    return ", "--max-tokens", "4",
+                                 "--dtype", dtype, "--spec", spec])
+    assert result.exit_code == 0, result.output
+    assert ("greedy text can differ from --spec off" in result.stderr) is warned
+    assert "--dtype float32 keeps it identical" in result.stderr or not warned

@@ -121,3 +121,13 @@ def test_dflash_serve_refuses_the_mtp_lift(micro_embedded, no_load):
     # --lift-wide-tier lifts the MTP pools; --spec dflash sizes its own, so the pair is a bad option, before a load
     r = CliRunner().invoke(app, ["serve", "--model", "micro-t", "--spec", "dflash", "--lift-wide-tier"])
     assert r.exit_code == 2 and "--lift-wide-tier" in r.output and "DFlash rung" in r.output, r.output
+
+
+@pytest.mark.parametrize(("dtype", "spec", "warned"), [("bfloat16", "prompt-lookup", True),
+                                                        ("bfloat16", "off", False), ("float32", "prompt-lookup", False)])
+def test_the_boot_lines_warn_of_speculation_in_half_precision(micro_embedded, monkeypatch, dtype, spec, warned):
+    # bf16's verify rounds otherwise than a one-token step: greedy text can change (measured on an H200)
+    monkeypatch.setattr("met.serve.server.run", lambda *a, **k: 0)
+    r = CliRunner().invoke(app, ["serve", "--model", "micro-t", "--spec", spec, "--dtype", dtype, "--port", "0"])
+    assert r.exit_code == 0, r.output
+    assert (f"warning: --spec {spec} in bfloat16: greedy text can differ" in r.stderr) is warned
