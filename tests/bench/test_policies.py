@@ -322,6 +322,21 @@ def test_cli_fails_with_70_naming_the_policy_whose_output_differs(cli_env, monke
     assert "greedy outputs differ" in result.output and "policy broken at concurrency 1" in result.output
     assert re.search(r"prompt \d: ", result.output)
     assert not json.loads((tmp_path / "out" / "policies.json").read_text())["outputs_identical"]
+    assert "a verify rounds otherwise" not in result.output  # float64: no rounding to blame
+
+
+def test_cli_differing_outputs_in_bfloat16_name_the_rounding(cli_env, micro_recipe, monkeypatch):
+    # on an H200 in bf16 speculation changed greedy text (README, "On a GPU"): the error says what to run instead
+    tmp_path, args = cli_env
+    settings = RunSettings("bfloat16", "cpu", torch.get_num_threads())
+    key = serve_table_key(micro_recipe.id, micro_recipe.config, settings, "none", MODES, BOX)
+    (tmp_path / "t.toml").write_text(_table(key).to_toml())
+    monkeypatch.setattr(pol, "policy_factories", lambda names, *a, **k: {"off": PlainPolicy, "broken": Corrupting})
+    bf16 = [a if a != "float64" else "bfloat16" for a in args]
+    result = CliRunner().invoke(app, [*bf16, "--policies", "off,fixed-1", "--concurrency", "1"])
+    assert result.exit_code == EX_SOFTWARE, result.output
+    assert "in bfloat16 a verify rounds otherwise than a one-token step" in result.output
+    assert "--dtype float32 (with a table measured in it) keeps greedy text identical" in result.output
 
 
 class FailsAll(PlainPolicy):
