@@ -292,7 +292,7 @@ class Scheduler:
         self.stats.record_step(plan.mode, seconds)
         # priced as it ran: a probe drafts where the plan said k = 0, replans go deeper or stop early
         verified = max((o.proposed for o in outcomes), default=0)
-        energy = plan.table.step_joules(len(outcomes), verified, drafted=plan.mode != "lookup",
+        energy = plan.table.step_joules(len(outcomes), verified, drafted=plan.mode == "mtp",
                                         draft_width=drafter_width(drafts)) \
             if plan.table is not None else None
         self.counters.record_step(streamed, seconds, energy)
