@@ -22,7 +22,8 @@ mkdir -p .carry
 python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version "$PY" --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .carry/wheels "${specs[@]}"
-ROOT="$(python3 -c 'import json, sys; from met.model.recipes import embedded
+ROOT="$(python3 -c 'import sys; from met.model.recipes import embedded
 print(embedded(sys.argv[1], verify=False).card["corpus"]["root"])' "${MET_RECIPE:-met-tiny-py}")"
 (cd "$ROOT" && find . -name site-packages -prune -o -name '*.py' -print0 | tar czf - --null -T -) > .carry/stdlib.tgz
-echo "wheels: $(ls .carry/wheels | wc -l); stdlib of $ROOT: $(tar tzf .carry/stdlib.tgz | wc -l) files; $(du -sh .carry | cut -f1)"
+echo "wheels: $(ls .carry/wheels | wc -l); stdlib of $ROOT: $(tar tzf .carry/stdlib.tgz | wc -l) files;" \
+     "$(du -sh .carry | cut -f1)"

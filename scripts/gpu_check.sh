@@ -31,7 +31,8 @@ LOG="$OUTDIR/gpu_check.log"
 failed=()
 say() { echo "== [$SECONDS s] $*" | tee -a "$LOG"; }
 run() { "$@" 2>&1 | tee -a "$LOG"; return "${PIPESTATUS[0]}"; }
-pack() { [ -z "$PACK" ] || tar czf "$PACK" -C "$OUTDIR" --exclude=gpu_check.log --exclude='*.lock' . 2>>"$LOG" || true; }
+pack() { [ -z "$PACK" ] || tar czf "$PACK" -C "$OUTDIR" --exclude=gpu_check.log --exclude='*.lock' . 2>>"$LOG" \
+    || true; }
 # limit WANT RESERVE: seconds a step may take: WANT, or less where the budget less RESERVE (for later steps) has less.
 limit() { local left=$(( BUDGET - SECONDS - ${2:-0} )); echo $(( left < $1 ? left : $1 )); }
 
@@ -100,7 +101,9 @@ fi
 measure() {
     local dtype=$1 energy=$2 table=$3 dir=$4 sweep_keep=$5 policies_keep=$6 status lim
     lim=$(limit 240 "$sweep_keep")
-    if [ "$lim" -lt 60 ]; then failed+=("$dtype sweep: no time left"); say "$dtype sweep skipped: $lim s left"; return; fi
+    if [ "$lim" -lt 60 ]; then
+        failed+=("$dtype sweep: no time left"); say "$dtype sweep skipped: $lim s left"; return
+    fi
     say "$dtype sweep ($energy) -> $table, at most $lim s"
     run timeout "$lim" "${MET[@]}" bench spec-cost --device "$DEVICE" --dtype "$dtype" --energy "$energy" \
         "${SIZES[@]}" --out "$table"
@@ -122,7 +125,9 @@ measure() {
         || failed+=("$dtype calibration check")
     run met tables show "$table" --calibration "${table%.toml}.calibration.toml" || true
     lim=$(limit 280 "$policies_keep")
-    if [ "$lim" -lt 30 ]; then failed+=("$dtype policies: no time left"); say "$dtype policies skipped: $lim s left"; return; fi
+    if [ "$lim" -lt 30 ]; then
+        failed+=("$dtype policies: no time left"); say "$dtype policies skipped: $lim s left"; return
+    fi
     say "$dtype policies -> $dir, at most $lim s"
     run timeout "$lim" "${MET[@]}" bench policies --device "$DEVICE" --dtype "$dtype" --table "$table" \
         --energy "$energy" "${WORK[@]}" --out-dir "$dir"

@@ -127,7 +127,7 @@ def default_threads(device: str) -> int:
     return 1 if torch.device(device).type == "cpu" else torch.get_num_threads()
 
 
-EXACT_DTYPES = ("float32", "float64")  # where a verify's logits round as a one-token step's closely enough to keep greedy text
+EXACT_DTYPES = ("float32", "float64")  # a verify's logits round close enough to a one-token step's to keep greedy text
 
 
 def speculation_drift_warning(dtype: str, spec: str) -> str | None:
