@@ -29,6 +29,7 @@ from met.bench.spec_cost_cli import EX_USAGE, parse_widths
 from met.bench.table_files import check_writable, commit, stage
 from met.engine.identity import EXACT_DTYPES, RunSettings, box_class, device_name, resolve_run
 from met.exit_codes import EX_CANTCREAT, EX_NOINPUT, EX_OK, EX_SOFTWARE
+from met.model.corpus import root_named
 from met.model.dflash import DrafterError, load_drafter, shipped_path
 from met.model.recipes import DEFAULT_RECIPE, RecipeError, embedded
 from met.path_option import nonempty_path
@@ -143,10 +144,11 @@ def policies(
     count = prompts or base["prompts"]
     heldout = pol.heldout_workload_prompts(count)
     if not heldout:
-        raise _fail(EX_NOINPUT, "error: the model card's corpus has no held-out files here long enough for prompts")
+        raise _fail(EX_NOINPUT, "error: the model card's corpus has no held-out files here long enough for prompts "
+                    f"(read from {root_named()})")
     if len(heldout) < count:
-        raise _fail(EX_USAGE, f"error: only {len(heldout)} held-out code prompts are available here; "
-                    f"pass --prompts {len(heldout)} or fewer")
+        raise _fail(EX_USAGE, f"error: only {len(heldout)} held-out code prompts are available here (read from "
+                    f"{root_named()}); pass --prompts {len(heldout)} or fewer")
     longest = max(len(p) for p in heldout)
     if longest + 1 > model_recipe.config.max_seq_len:
         raise _fail(EX_USAGE, f"error: a prompt of {longest} tokens does not fit the context of "

@@ -30,7 +30,7 @@ from met.engine.identity import (RunSettings, box_class, device_name, mtp_drafte
 from met.engine.prompts import PromptError, PromptsMissing
 from met.exit_codes import (EX_CANTCREAT, EX_CONFIG, EX_DATAERR, EX_INTERRUPTED, EX_NOINPUT, EX_OK, EX_TEMPFAIL,
                             EX_UNAVAILABLE)
-from met.model.corpus import heldout_prompts
+from met.model.corpus import heldout_prompts, root_named
 from met.model.dflash import DflashDrafter, DrafterError, load_drafter, shipped_path
 from met.model.recipes import DEFAULT_RECIPE, Recipe, RecipeError, embedded
 from met.model.sources import is_path, recipe_name, resolve, tokenizer_for
@@ -508,6 +508,6 @@ def _prompts(path: Path | None, params: cal.CalibrationParams) -> list[str]:
     except PromptError as exc:
         raise Refusal(EX_DATAERR, f"--calibration-prompts {exc}") from None
     if not texts:
-        raise Refusal(EX_NOINPUT, "the model card's corpus has no held-out files here to calibrate on; "
-                      "pass --calibration-prompts PATH or --no-calibrate")
+        raise Refusal(EX_NOINPUT, f"the model card's corpus has no held-out files here to calibrate on (read from "
+                      f"{root_named()}); pass --calibration-prompts PATH or --no-calibrate")
     return texts

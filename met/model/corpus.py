@@ -28,6 +28,12 @@ def stdlib_root() -> Path:
     return Path(os.environ.get(CORPUS_ROOT_ENV) or sysconfig.get_paths()["stdlib"])
 
 
+def root_named() -> str:
+    """Where the corpus is read from, for a message: the folder, and whether MET_CORPUS_ROOT named it."""
+    return f"{stdlib_root()} ({CORPUS_ROOT_ENV})" if os.environ.get(CORPUS_ROOT_ENV) else \
+        f"{stdlib_root()} (this python's stdlib; {CORPUS_ROOT_ENV} names another)"
+
+
 THIRD_PARTY = frozenset({"site-packages", "dist-packages"})
 
 

@@ -130,3 +130,18 @@ def test_met_corpus_root_points_every_cut_at_another_stdlib(root, monkeypatch):
     assert stdlib_root() == root
     assert list(benchmark_files()) == list(benchmark_files(root)) and len(benchmark_files()) == 3
     assert heldout_prompts(2) == heldout_prompts(2, root=root)
+
+
+def test_a_corpus_with_no_held_out_files_is_refused_naming_where_it_was_read(tmp_path, monkeypatch):
+    # a MET_CORPUS_ROOT with no stdlib in it (a wrong path on a GPU box): 66, the folder and the variable named
+    from typer.testing import CliRunner
+
+    from met.cli import app
+    from met.exit_codes import EX_NOINPUT
+
+    monkeypatch.setenv("MET_CORPUS_ROOT", str(tmp_path))
+    for args in (["bench", "policies", "--quick", "--out-dir", str(tmp_path / "out")],
+                 ["bench", "spec-cost", "--quick", "--out", str(tmp_path / "t.toml")]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == EX_NOINPUT, result.output
+        assert f"(read from {tmp_path} (MET_CORPUS_ROOT))" in result.output
