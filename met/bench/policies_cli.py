@@ -27,7 +27,7 @@ from met.bench.meters import ENERGY_CHOICES
 from met.bench.progress import Reporter
 from met.bench.spec_cost_cli import EX_USAGE, parse_widths
 from met.bench.table_files import check_writable, commit, stage
-from met.engine.identity import EXACT_DTYPES, RunSettings, box_class, device_name, resolve_run
+from met.engine.identity import DRIFT, EXACT_DTYPES, RunSettings, box_class, device_name, resolve_run
 from met.exit_codes import EX_CANTCREAT, EX_NOINPUT, EX_OK, EX_SOFTWARE
 from met.model.corpus import root_named
 from met.model.dflash import DrafterError, load_drafter, shipped_path
@@ -186,6 +186,9 @@ def policies(
     _check_out_dir(out_dir)
     model = model_recipe.load(getattr(torch, settings.dtype), settings.device)
     load = os.getloadavg()
+    if settings.dtype not in EXACT_DTYPES and set(names) != {"off"}:  # before the run, not after its minutes
+        typer.echo(f"warning: in {settings.dtype} {DRIFT}: greedy outputs may differ between policies (exit 70); "
+                   "--dtype float32 (with a table measured in it) keeps them identical", err=True)
     with Reporter(quiet) as reporter:
         reporter.say(f"running {len(names)} policies x concurrency {','.join(map(str, concurrencies))} x "
                      f"{workload.repeats} repeats: {len(heldout)} prompts of {workload.max_tokens} tokens, "
@@ -225,8 +228,8 @@ def policies(
         if len(problems) > 10:
             lines.append(f"  ... and {len(problems) - 10} more (all in {out_dir / OUT_NAMES[0]})")
         if failed < len(problems) and settings.dtype not in EXACT_DTYPES:  # as on an H200 in bf16 (README)
-            lines.append(f"  in {settings.dtype} a verify rounds otherwise than a one-token step, so a near tie can "
-                         "flip: --dtype float32 (with a table measured in it) keeps greedy text identical")
+            lines.append(f"  in {settings.dtype} {DRIFT}: --dtype float32 (with a table measured in it) keeps greedy "
+                         "text identical")
         raise _fail(EX_SOFTWARE, *lines)
     raise typer.Exit(EX_OK)
 

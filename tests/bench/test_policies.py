@@ -336,6 +336,7 @@ def test_cli_differing_outputs_in_bfloat16_name_the_rounding(cli_env, micro_reci
     result = CliRunner().invoke(app, [*bf16, "--policies", "off,fixed-1", "--concurrency", "1"])
     assert result.exit_code == EX_SOFTWARE, result.output
     assert "in bfloat16 a verify rounds otherwise than a one-token step" in result.output
+    assert "warning: in bfloat16 a verify rounds" in result.output.split("| policy |")[0]  # said before the run
     assert "--dtype float32 (with a table measured in it) keeps greedy text identical" in result.output
 
 
