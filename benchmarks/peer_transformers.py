@@ -1,6 +1,6 @@
 """met against Hugging Face transformers on the same weights and prompts, width 1, greedy.
 
-Run: python3 benchmarks/peer_transformers.py [--prompts 8] [--tokens 128] [--repeats 3]
+Run: python3 benchmarks/peer_transformers.py [--prompts 8] [--tokens 128] [--repeats 3] [--device cuda]
 
 The embedded recipe's main model is exported as a LlamaForCausalLM checkpoint; transformers'
 generate runs it plain and with prompt lookup, met runs it plain and with its speculation
@@ -23,6 +23,7 @@ import torch
 import transformers
 
 from met.engine.generate import generate
+from met.engine.identity import device_name
 from met.engine.runner import ModelRunner
 from met.model.corpus import heldout_prompts
 from met.model.hf_export import export_hf
@@ -37,7 +38,7 @@ STRICT = 3  # met's --lookup-min-ngram for its second set of prompt-lookup runs
 
 def hf_generate(hf, prompt: list[int], tokens: int, lookup: int | None) -> tuple[list[int], float]:
     """transformers' greedy generate; returns (new tokens, seconds)."""
-    ids = torch.tensor([prompt])
+    ids = torch.tensor([prompt], device=hf.device)
     kwargs = {"prompt_lookup_num_tokens": lookup} if lookup else {}
     t = time.perf_counter()
     with torch.inference_mode():
@@ -60,13 +61,15 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="where both engines run, in float32 (cpu, cuda)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/peer_transformers.md"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     recipe = embedded()
-    model = recipe.load()
+    model = recipe.load(torch.float32, args.device)
     runner = ModelRunner(model, 1)
-    hf = transformers.LlamaForCausalLM.from_pretrained(export_hf(model, Path(tempfile.mkdtemp()))).eval()
+    hf = transformers.LlamaForCausalLM.from_pretrained(export_hf(model, Path(tempfile.mkdtemp())))
+    hf = hf.to(args.device).eval()
     prompts = [encode(p) for p in heldout_prompts(args.prompts, prompt_bytes=256)]
     engines = {
         "transformers plain": lambda p: hf_generate(hf, p, args.tokens, None),
@@ -115,7 +118,8 @@ def main() -> int:
         "",
         f"Command: `python3 {' '.join(sys.argv)}`",
         "",
-        f"Machine: `{platform.platform()}`, {torch.get_num_threads()} torch thread(s), torch {torch.__version__}, "
+        f"Machine: `{platform.platform()}`, device {device_name(args.device)}, {torch.get_num_threads()} torch "
+        f"thread(s), torch {torch.__version__}, "
         f"transformers {transformers.__version__}; recipe `{recipe.id}`; {len(prompts)} held-out prompts x "
         f"{args.tokens} tokens, {args.repeats} repeats interleaved prompt by prompt, median.",
         "",

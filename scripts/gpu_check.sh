@@ -5,7 +5,8 @@
 #   3. an NVML sweep in float32 (plus the drafter's calibration): OUTDIR/<box_class>/met-tiny-py.float32.toml,
 #      drafting cells to depth 4 at widths 1, 4 and 16, the verify of copies to 16 at width 1 (6 at 4, 2 at 16);
 #   4. `met bench policies` on it, issue 7's workload (16 held-out prompts, 128 tokens, 5 repeats, every policy)
-#      with J/token: OUTDIR/policies-float32/.
+#      with J/token: OUTDIR/policies-float32/;
+#   5. with the time left, benchmarks/peer_transformers.py on the device (4 prompts, 2 repeats): OUTDIR/peer/.
 # float32, not the bfloat16 met runs in on a GPU unless told: greedy outputs must be identical across policies and
 # widths, and on an H200 bf16's rounding broke that in 135 requests of a short run where fp32 broke none
 # (benchmarks/results/nvidia-h200x1/; the bf16 table at tables/nvidia-h200x1/ came from this script at 58bd82d).
@@ -137,7 +138,19 @@ measure() {
     pack
 }
 
-measure float32 "$ENERGY" "$OUTDIR/$BOX/met-tiny-py.float32.toml" "$OUTDIR/policies-float32" 180 0
+measure float32 "$ENERGY" "$OUTDIR/$BOX/met-tiny-py.float32.toml" "$OUTDIR/policies-float32" 180 90
+
+# met against transformers on the same weights and prompts on this device (issue 7's last check), if time is left
+lim=$(limit 200 0)
+if [ "$lim" -ge 60 ]; then
+    say "peer_transformers on $DEVICE -> $OUTDIR/peer, at most $lim s"
+    mkdir -p "$OUTDIR/peer"
+    run timeout "$lim" python3 benchmarks/peer_transformers.py --device "$DEVICE" --prompts 4 --repeats 2 \
+        ${DRY:+--tokens 16} --out "$OUTDIR/peer/peer_transformers.md" || failed+=("peer_transformers")
+    pack
+else
+    say "peer_transformers skipped: $lim s left"
+fi
 
 if [ "${#failed[@]}" -eq 0 ]; then
     say "gpu_check passed"

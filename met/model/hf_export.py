@@ -40,7 +40,7 @@ def hf_config(model: Transformer) -> dict:
 def export_hf(model: Transformer, folder: Path) -> Path:
     """Write config.json and model.safetensors for transformers' from_pretrained; returns the folder."""
     folder.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().to(torch.float32).contiguous() for k, v in model.state_dict().items()
+    state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()
              if not k.startswith("mtp.")}
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
     (folder / "config.json").write_text(json.dumps(hf_config(model), indent=2) + "\n")
