@@ -246,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--recipe", default=DEFAULT_RECIPE)
     parser.add_argument("--table", type=Path, help="default: tables/<this box's class>/<recipe>.toml")
+    parser.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
+    parser.add_argument("--dtype", help="model dtype (default: bfloat16 on cuda, float32 on cpu): the table's")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     names = args.policies.split(",")
@@ -258,7 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     except RecipeError as exc:  # missing weights or a damaged card
         print(f"error: {exc}", file=sys.stderr)
         return exc.status
-    settings = resolve_run(None, None)
+    try:
+        settings = resolve_run(args.device, args.dtype)
+    except ValueError as exc:
+        parser.error(str(exc))
     box = box_class(settings.device)
     table = args.table or default_table(box, recipe.name)
     try:

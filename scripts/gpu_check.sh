@@ -6,7 +6,8 @@
 #      drafting cells to depth 4 at widths 1, 4 and 16, the verify of copies to 16 at width 1 (6 at 4, 2 at 16);
 #   4. `met bench policies` on it, issue 7's workload (16 held-out prompts, 128 tokens, 5 repeats, every policy)
 #      with J/token: OUTDIR/policies-float32/;
-#   5. with the time left, benchmarks/peer_transformers.py on the device (4 prompts, 2 repeats): OUTDIR/peer/.
+#   5. with the time left, benchmarks/planner_steps.py at c = 16 on that table (where the planner's host time
+#      goes) and benchmarks/peer_transformers.py on the device (4 prompts, 2 repeats): OUTDIR/peer/.
 # float32, not the bfloat16 met runs in on a GPU unless told: greedy outputs must be identical across policies and
 # widths, and on an H200 bf16's rounding broke that in 135 requests of a short run where fp32 broke none
 # (benchmarks/results/nvidia-h200x1/; the bf16 table at tables/nvidia-h200x1/ came from this script at 58bd82d).
@@ -139,6 +140,18 @@ measure() {
 }
 
 measure float32 "$ENERGY" "$OUTDIR/$BOX/met-tiny-py.float32.toml" "$OUTDIR/policies-float32" 180 90
+
+# where the planner's time goes at c = 16, where plain decode beat it on the H200 (host work: plans, copy indexes)
+lim=$(limit 60 60)
+if [ "$lim" -ge 20 ] && [ -f "$OUTDIR/$BOX/met-tiny-py.float32.toml" ]; then
+    say "planner_steps at c = 16 on $DEVICE -> $OUTDIR/peer/planner_steps_c16.md, at most $lim s"
+    mkdir -p "$OUTDIR/peer"
+    run timeout "$lim" python3 benchmarks/planner_steps.py --device "$DEVICE" --dtype float32 --concurrency 16 \
+        --policies off,fixed-2,measured --repeats 3 ${DRY:+--max-tokens 16} \
+        --table "$OUTDIR/$BOX/met-tiny-py.float32.toml" --out "$OUTDIR/peer/planner_steps_c16.md" \
+        || failed+=("planner_steps")
+    pack
+fi
 
 # met against transformers on the same weights and prompts on this device (issue 7's last check), if time is left
 lim=$(limit 200 0)
