@@ -12,7 +12,7 @@ from typing import Protocol
 
 from met.engine.requests import SeqState
 from met.engine.runner import Draft, ModelRunner
-from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools, clamp_drafts_to_slot_capacity
+from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools, clamp_drafts_to_rooms, kv_room
 from met.speculative.spec_cost import CostTable
 from met.speculative.spec_cost.plan import PlanDecision
 
@@ -59,15 +59,33 @@ def clamp_depths(depth: int, runner: ModelRunner, seqs: Sequence[SeqState],
     "clamp:kv" (a sequence's KV room holds fewer still), "clamp:remaining" (a sequence has fewer
     tokens left to generate), joined by ", ".
     """
-    if not seqs:
-        return (), ""
-    lens = [runner.length(s.slot) for s in seqs]
-    capped = clamp_drafts_to_slot_capacity(depth, lens, [runner.max_len] * len(seqs), pools)
-    final = tuple(max(0, min(c, s.remaining - 1)) for c, s in zip(capped, seqs))
-    pool = min(depth, pools.max_drafts(len(seqs)))
-    reasons = ("clamp:pool" if pool < depth else "", "clamp:kv" if any(c < pool for c in capped) else "",
-               "clamp:remaining" if any(f < c for f, c in zip(final, capped)) else "")
-    return final, ", ".join(r for r in reasons if r)
+    return Rooms.read(runner, seqs).clamp(depth, pools)
+
+
+@dataclass(frozen=True, slots=True)
+class Rooms:
+    """Each running sequence's KV room and tokens left, read once for every depth a plan clamps (the measured
+    planner clamps three: its depth, its copies', the one it chose)."""
+
+    kv: tuple[int, ...]  # drafts each slot's KV cache has room to verify (spec_capacity.kv_room)
+    left: tuple[int, ...]  # tokens each request may still receive, less the bonus: the most drafts it can emit
+
+    @classmethod
+    def read(cls, runner: ModelRunner, seqs: Sequence[SeqState]) -> "Rooms":
+        max_len = runner.max_len
+        return cls(tuple(kv_room(runner.length(s.slot), max_len) for s in seqs),
+                   tuple(s.remaining - 1 for s in seqs))
+
+    def clamp(self, depth: int, pools: VerifyPools = DEFAULT_POOLS) -> tuple[tuple[int, ...], str]:
+        """clamp_depths' depths and reasons for `depth` over these sequences."""
+        if not self.kv:
+            return (), ""
+        capped = clamp_drafts_to_rooms(depth, self.kv, pools)
+        pool = min(depth, pools.max_drafts(len(self.kv)))
+        final = tuple(c if c <= left else max(0, left) for c, left in zip(capped, self.left))
+        reasons = ("clamp:pool" if pool < depth else "", "clamp:kv" if min(capped) < pool else "",
+                   "clamp:remaining" if final != tuple(capped) else "")
+        return final, ", ".join(r for r in reasons if r)
 
 
 def drafter_width(drafts: Sequence[Draft]) -> int:

@@ -58,7 +58,7 @@ still applies, so the default pools verify one draft at widths 9..=16 whatever k
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from met.engine.policy_base import Outcome, StepPlan, clamp_depths, drafting, joined
+from met.engine.policy_base import Outcome, Rooms, StepPlan, clamp_depths, drafting, joined
 from met.engine.requests import SeqState
 from met.engine.runner import Draft, ModelRunner, Replan
 from met.speculative.adaptive_rung import AdaptiveRung
@@ -146,20 +146,21 @@ class MtpPlannedPolicy:
     def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
         width = len(seqs)
         kmax = self.kmax(width)
-        room, room_clamp = clamp_depths(kmax, runner, seqs, self.pools)
+        rooms = Rooms.read(runner, seqs)  # the plan's three clamps (its depth, its copies', the chosen) read them
+        room, room_clamp = rooms.clamp(kmax, self.pools)
         # a sequence the clamps leave no draft (its last token, no KV room) is not caught up: 0 rows to price
         behind = [runner.mtp_behind(s.slot) if r else 0 for s, r in zip(seqs, room)]
         copies, copy_kmax = None, 0
         if self.copy_ngram and kmax:
             copy_kmax = self.copy_kmax(width)
-            copy_room = clamp_depths(copy_kmax, runner, seqs, COPY_POOLS)[0] if copy_kmax > kmax else room
+            copy_room = rooms.clamp(copy_kmax, COPY_POOLS)[0] if copy_kmax > kmax else room
             copies = self._weigh_copies(seqs, copy_room, copy_kmax)
         decision = self.state.plan(width, None, kmax, previous=_previous_firsts(seqs), behind=behind,
                                    remaining=[s.remaining for s in seqs], copies=copies, copy_kmax=copy_kmax)
         if decision.source in ("lookup", "mixed"):
             copying = decision.copying
             pools = COPY_POOLS if decision.source == "lookup" else self.pools  # a mixed step drafts: within kmax
-            depths, clamp = clamp_depths(decision.k, runner, seqs, pools)
+            depths, clamp = rooms.clamp(decision.k, pools)
             depths = tuple(min(d, len(c)) if copies else d for d, c, copies in zip(depths, self._copies, copying))
             self.plain_steps = 0 if any(depths) else self.plain_steps + 1
             self.probing = False

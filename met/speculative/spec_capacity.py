@@ -79,9 +79,18 @@ def clamp_drafts_to_slot_capacity(
         raise ValueError(f"requested drafts must be >= 0, got {requested}")
     if len(current_lens) != len(max_lens):
         raise ValueError(f"{len(current_lens)} current lengths but {len(max_lens)} max lengths")
-    width = len(current_lens)
-    if width == 0:
+    return clamp_drafts_to_rooms(requested, [kv_room(cur, mx) for cur, mx in zip(current_lens, max_lens)], pools,
+                                 serial_arms)
+
+
+def clamp_drafts_to_rooms(requested: int, rooms: Sequence[int], pools: VerifyPools = DEFAULT_POOLS,
+                          serial_arms: frozenset[int] | None = None) -> list[int]:
+    """clamp_drafts_to_slot_capacity with each sequence's kv_room known: `requested` drafts within the width
+    tier's pool and each room (and a serial arm if given)."""
+    if requested < 0:
+        raise ValueError(f"requested drafts must be >= 0, got {requested}")
+    if not rooms:
         return []
-    limit = min(requested, pools.max_drafts(width))  # one tier for the whole step
-    clamped = [min(limit, kv_room(cur, mx)) for cur, mx in zip(current_lens, max_lens)]
+    limit = min(requested, pools.max_drafts(len(rooms)))  # one tier for the whole step
+    clamped = [room if room < limit else limit for room in rooms]
     return clamped if serial_arms is None else [serial_arm(d, serial_arms) for d in clamped]

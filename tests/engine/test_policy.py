@@ -4,6 +4,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from met.engine.policy import PolicyConfig, build_policy
 from met.engine.policy_base import Outcome, PlainPolicy, clamp_depths
@@ -96,6 +97,26 @@ def test_a_step_clamped_several_ways_names_every_clamp():
     assert clamp_depths(6, _runner(length=125), _seqs(1, max_tokens=2)) == (
         (1,), "clamp:pool, clamp:kv, clamp:remaining")
     assert clamp_depths(4, _runner(length=125), _seqs(1, max_tokens=2)) == ((1,), "clamp:kv, clamp:remaining")
+
+
+@settings(max_examples=300, deadline=None)
+@given(depth=st.integers(0, 20), lengths=st.lists(st.integers(0, 130), min_size=1, max_size=20),
+       remaining=st.lists(st.integers(0, 30), min_size=20, max_size=20), copy_pools=st.booleans())
+def test_rooms_clamp_as_the_rule_reads(depth, lengths, remaining, copy_pools):
+    # Rooms.clamp (one pass over rooms read once) against the rule written out: the pool of the width's tier,
+    # then each slot's KV room, then its tokens left but one; every clamp that cut named in that order
+    from met.engine.policy_base import Rooms
+    from met.speculative.spec_capacity import COPY_POOLS, kv_room
+
+    pools, max_len = (COPY_POOLS if copy_pools else DEFAULT_POOLS), 128
+    seqs = [SimpleNamespace(slot=i, remaining=r) for i, r in zip(range(len(lengths)), remaining)]
+    runner = SimpleNamespace(length=lambda slot: lengths[slot], max_len=max_len)
+    pool = min(depth, pools.max_drafts(len(seqs)))
+    capped = [min(pool, kv_room(n, max_len)) for n in lengths]
+    final = tuple(max(0, min(c, s.remaining - 1)) for c, s in zip(capped, seqs))
+    why = ", ".join(r for r, cut in (("clamp:pool", pool < depth), ("clamp:kv", any(c < pool for c in capped)),
+                                      ("clamp:remaining", any(f < c for f, c in zip(final, capped)))) if cut)
+    assert Rooms.read(runner, seqs).clamp(depth, pools) == clamp_depths(depth, runner, seqs, pools) == (final, why)
 
 
 @pytest.mark.parametrize("make", [
