@@ -7,7 +7,8 @@ first draft, caught up, 100 tokens left: the best of 5 rounds of --calls calls, 
 Called again and again like that, the planner runs with warm caches; in the scheduler's loop each
 call follows a model forward. So it then runs `met bench policies`' workload at concurrency 1
 (its 16 held-out prompts x 128 tokens, the measured policy, --loop-runs runs after a warm-up) and
-times every plan the policy makes there: the mean per call, and plans per step.
+times every plan the policy makes there: the mean per call, and plans per step. And the measured policy's
+whole plan (the capacity clamps and the copies it weighs as well) on snapshots of a run at concurrency 16.
 
     python3 benchmarks/plan_cost.py   # prints a markdown table; --out FILE also writes it
 """
@@ -23,7 +24,9 @@ import torch
 
 from met.bench import policies as pol
 from met.engine.identity import box_class
+from met.engine.requests import Request
 from met.engine.runner import ModelRunner
+from met.engine.scheduler import Scheduler
 from met.model.recipes import embedded
 from met.serve.boot import default_calibration, default_table
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
@@ -32,10 +35,10 @@ from met.speculative.spec_cost import AcceptanceCalibration, CostTable, SpecCost
 from report import publish
 
 
-def best_us(call, calls: int) -> float:
-    """The fastest of 5 rounds of `calls` calls, per call, in microseconds."""
+def best_us(call, calls: int, rounds: int = 5) -> float:
+    """The fastest of `rounds` rounds of `calls` calls, per call, in microseconds."""
     best = float("inf")
-    for _ in range(5):
+    for _ in range(rounds):
         start = time.perf_counter()
         for _ in range(calls):
             call()
@@ -78,6 +81,34 @@ def in_loop(state: SpecCostState, runs: int) -> tuple[float, float, float]:
     return timed.seconds / timed.calls * 1e6, timed.calls / steps, drafting / steps
 
 
+class _Dropped:
+    """A request's sink that keeps nothing: only the plans are timed."""
+
+    def put(self, event) -> None:
+        pass
+
+
+def policy_plan_us(state: SpecCostState, width: int, ticks: tuple[int, ...] = (5, 20, 40)) -> list[tuple[int, float]]:
+    """The measured policy's whole plan (clamps, copies weighed, SpecCostState.plan), per call in microseconds, on
+    snapshots of a run of the policies workload at concurrency `width`: after each of `ticks` scheduler ticks,
+    the best of 7 rounds of 300 plans of the sequences running then. (width running, us) per snapshot."""
+    torch.set_num_threads(1)
+    recipe = embedded("met-tiny-py")
+    runner = ModelRunner(recipe.load(torch.float32, "cpu"), width)
+    policy = pol.policy_factories(["measured"], recipe.config.mtp_depth, VerifyPools(DEFAULT_POOLS.tiers), state,
+                                  os.environ)["measured"]()
+    scheduler = Scheduler(runner, policy, recipe.id)
+    for i, prompt in enumerate(pol.heldout_workload_prompts(16)):
+        scheduler.submit(Request(str(i), tuple(prompt), 128), _Dropped())
+    out = []
+    for tick in range(1, max(ticks) + 1):
+        scheduler.tick()
+        if tick in ticks and scheduler.running:
+            seqs = sorted(scheduler.running, key=lambda s: s.slot)
+            out.append((len(seqs), best_us(lambda: policy.plan(runner, seqs), 300, rounds=7)))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--table", type=Path, help="default: tables/<this box's class>/met-tiny-py.toml")
@@ -99,6 +130,11 @@ def main() -> int:
                                            remaining=left), args.calls)
         again = best_us(lambda: state.plan(width, [[-0.3]] * width, table.kmax, 1, previous), args.calls)
         lines.append(f"| {width} | {first:.1f} | {again:.1f} |")
+    snapshots = policy_plan_us(state, 16)
+    lines += ["", "The measured policy's whole plan (`MtpPlannedPolicy.plan`: the clamps, the copies weighed and "
+              "the plan above) on snapshots of the policies workload at concurrency 16 (after 5, 20 and 40 ticks; "
+              "best of 7 rounds of 300 calls): " + ", ".join(f"{us:.1f} us at width {n}" for n, us in snapshots)
+              + "."]
     if args.loop_runs > 0:
         per_call, per_step, drafted = in_loop(state, args.loop_runs)
         lines += ["", f"In the scheduler's loop (`met bench policies`' 16 prompts x 128 tokens at concurrency 1, the "
