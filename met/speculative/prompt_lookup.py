@@ -22,8 +22,11 @@ the index holds (1,)->4, (2,)->2, (3,)->3, (1, 2)->2, (2, 3)->3, (3, 1)->4; the 
 history[2:6] = [3, 1, 2].
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
+
+V = TypeVar("V")  # what an index maps an n-gram to
 
 BULK_EXTEND = 32  # tokens from which `extend` builds the keys a whole n at a time (a prompt; a step appends a few)
 
@@ -64,6 +67,22 @@ def check_lengths(lengths: tuple[int, ...], lo: int, hi: int) -> None:
 def ngram_lengths(lengths: tuple[int, ...], lo: int, hi: int) -> tuple[int, ...]:
     """The n-gram lengths an index holds: `lengths`, or every one in [lo, hi] when it is empty."""
     return lengths or tuple(range(lo, hi + 1))
+
+
+def longest_suffix(index: Mapping[tuple[int, ...], V], history: Sequence[int], lengths: tuple[int, ...],
+                      longest: int, longer_than: int = 0) -> tuple[int, V] | None:
+    """(n, index entry) for the longest of `lengths`, at most `longest` and more than `longer_than`, whose
+    suffix of `history` the index holds; None if none. PromptLookup's and SharedLookup's match, both."""
+    tail = tuple(history[-lengths[-1]:])  # one copy; each n's suffix is a slice of it
+    size = min(len(tail), longest)
+    for n in reversed(lengths):
+        if n <= longer_than:
+            break
+        if n <= size:
+            hit = index.get(tail[len(tail) - n:])
+            if hit is not None:
+                return n, hit
+    return None
 
 
 def next_window(window: int, proposed: int, accepted: int, params: LookupParams) -> int:
@@ -139,16 +158,7 @@ class PromptLookup:
 
     def match(self) -> tuple[int, int] | None:
         """Return (n, position just after the latest earlier occurrence) of the longest recurring suffix, or None."""
-        history, index = self._tokens, self._index
-        tail = tuple(history[-self.params.max_ngram :])  # one copy; each n's suffix is a slice of it
-        size = len(tail)
-        longest = min(size, len(history) - 1)
-        for n in reversed(self._lengths):
-            if n <= longest:
-                after = index.get(tail[size - n :])
-                if after is not None:
-                    return n, after
-        return None
+        return longest_suffix(self._index, self._tokens, self._lengths, len(self._tokens) - 1)
 
     def copy(self, num_tokens: int) -> list[int]:
         """Return up to num_tokens tokens of the match's continuation, ignoring the window."""

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import count, repeat
 
-from met.speculative.prompt_lookup import check_lengths, ngram_lengths
+from met.speculative.prompt_lookup import check_lengths, longest_suffix, ngram_lengths
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,17 +146,11 @@ class SharedLookup:
         index = self._index.get(scope)
         if not index:
             return None
-        tail = tuple(history[max(0, len(history) - self.params.max_ngram):])  # one copy; each n's suffix a slice
-        size = len(tail)
-        for n in reversed(self._ngrams):
-            if n <= longer_than:
-                break
-            if n <= size:
-                hit = index.get(tail[size - n:])
-                if hit is not None:
-                    rid, after = hit
-                    return n, self._held[rid][1], after
-        return None
+        found = longest_suffix(index, history, self._ngrams, len(history), longer_than)
+        if found is None:
+            return None
+        n, (rid, after) = found
+        return n, self._held[rid][1], after
 
     def matched_copy(self, scope: ScopeKey, history: Sequence[int], num_drafts: int,
                      longer_than: int = 0) -> tuple[int, list[int]]:
