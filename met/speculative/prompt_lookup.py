@@ -42,6 +42,11 @@ class LookupParams:
     max_window: int = 16  # doubling stops here; the verify capacity clamps further anyway
     lengths: tuple[int, ...] = ()  # the n indexed and matched, rising, within the range; (): every n in it
 
+    @property
+    def ngrams(self) -> tuple[int, ...]:
+        """The n-gram lengths indexed, rising (as SharedLookupParams.ngrams)."""
+        return ngram_lengths(self.lengths, self.min_ngram, self.max_ngram)
+
     def __post_init__(self) -> None:
         if not 1 <= self.min_ngram <= self.max_ngram:
             raise ValueError(
@@ -103,7 +108,7 @@ class PromptLookup:
 
     def __init__(self, params: LookupParams | None = None, tokens: Iterable[int] = ()) -> None:
         self.params = params if params is not None else LookupParams()
-        self._lengths = ngram_lengths(self.params.lengths, self.params.min_ngram, self.params.max_ngram)
+        self._lengths = self.params.ngrams
         self._tokens: list[int] = []
         # n-gram -> position just after its latest occurrence that has a continuation (< len(history))
         self._index: dict[tuple[int, ...], int] = {}
