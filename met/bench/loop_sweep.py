@@ -14,7 +14,7 @@ request ended early), drafting fewer than k (KV room), among the first SKIP_STEP
 prompt's MTP catch-up), or the last of a run (no next tick to end it) are not counted; a run's
 figure is the mean of its counted steps: a decode pays its total time, slow steps included. At
 width 1 on the development box plain decode's slow steps came per step, not per second of work (a
-run's mean step 7% over its median, a drafting run's 1-3%: benchmarks/step_statistic.py), so a
+run's mean step 7% over its median, a drafting run's 1-3%: benchmarks/studies/step_statistic.py), so a
 run's median step priced plain decode 4-6% low against every depth. The catch-up is measured on
 its own: a run's first step drafts after the prompt, so its draft beyond the run's median draft
 (a typical draft: the median, so one slow draft does not hide it), over the prompt's rows,

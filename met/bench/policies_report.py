@@ -1,4 +1,4 @@
-"""`met bench policies`' figures: runs summarised per policy and concurrency, the issue's checks, JSON and markdown.
+"""`met bench policies`' figures: runs summarised per policy and concurrency, the planner's checks, JSON and markdown.
 
 Counting is met.bench.policies'; this module only derives figures from its runs and formats them.
 What each figure includes is said where it is made and repeated in the markdown's notes.
@@ -41,7 +41,7 @@ class Row:
 
 @dataclass(frozen=True, slots=True)
 class Check:
-    """One of the issue's checks: its statement, the figures, and whether they meet it."""
+    """One of the planner's checks: its statement, the figures, and whether they meet it."""
 
     name: str
     passed: bool | None  # None: a policy the check needs was not run
@@ -148,7 +148,7 @@ def _interval(runs: Sequence[Run], b: str, c: int) -> str:
 
 
 def checks(rows: Sequence[Row], runs: Sequence[Run]) -> list[Check]:
-    """The issue's three checks, decided on paired ratios (paired_ratio), each with the figures behind it."""
+    """The planner's three checks, decided on paired ratios (paired_ratio), each with the figures behind it."""
     rate = {(r.policy, r.concurrency): r.tokens_per_s for r in rows if r.tokens_per_s > 0}  # 0: every run failed
     concurrencies = sorted({r.concurrency for r in rows})
     fixed = [f"fixed-{k}" for k in FIXED_DEPTHS if all((f"fixed-{k}", c) in rate for c in concurrencies)]

@@ -4,7 +4,7 @@ A serve or a benchmark loads the model, the tokenizer, torch and its modules onc
 thousands of long-lived objects. Each of the cyclic collector's full (generation 2) passes scans
 every one of them, and a step's allocations (the host n-gram index's tuples, a plan's records)
 trigger such passes: on the 2-core Xeon one took 90-120 ms, longer than six width-16 steps
-(`python3 benchmarks/gc_pause.py`). `gc.freeze()` moves every object alive now into a permanent
+(`python3 benchmarks/studies/gc_pause.py`). `gc.freeze()` moves every object alive now into a permanent
 generation the passes never scan; what serving allocates is collected as before.
 """
 

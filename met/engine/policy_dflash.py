@@ -1,6 +1,6 @@
 """Block-drafter policy: the DFlash rung sets the verify width K of a drafter that proposes a block per forward.
 
-A block drafter (DFlash-style, issue 9) costs one forward whatever the block, so the depth is the
+A block drafter (DFlash-style) costs one forward whatever the block, so the depth is the
 rung's gamma: by concurrency tier for wide steps, by the first-draft accept rate for a single
 stream; then the drafter's block (it proposes at most that many: "clamp:block") and the capacity
 clamp. Its verify pools are the rung's own (dflash_rung.verify_pools), not the MTP drafter's

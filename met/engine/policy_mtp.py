@@ -11,7 +11,7 @@ any draft of the step exists, so that first plan reads the calibration's carry-o
 step's acceptance by the top-1 log-prob of each sequence's previous first draft, fitted on
 consecutive steps (a draft's own confidence says less about the next step's drafts: after a first
 draft under log-prob -1, the next step's first draft was accepted 0.65 of the time where the
-own-confidence bins say 0.32-0.44; benchmarks/confidence_carryover.py). New sequences, and
+own-confidence bins say 0.32-0.44; benchmarks/studies/confidence_carryover.py). New sequences, and
 sequences whose last step was plain, use the position priors. Once it drafts, the planner plans
 again after every MTP pass with the confidences of the drafts just made, their cost already spent
 (the carry-over still stands for the positions not drafted yet): it drafts deeper while the next
@@ -40,11 +40,11 @@ plain decode the planner would never draft again, however predictable the text b
 PROBE_AFTER plain steps in a row, a step drafts anyway and verifies at least one draft (its
 replans still choose how many more): the drafts' confidences are what the next plan reads. A probe
 is dear: its MTP pass first catches up on every row of the plain steps before it (at width 16 after
-16 plain steps, 3.2x a draft after a drafting step: benchmarks/mtp_catchup.py). So a probe the next
+16 plain steps, 3.2x a draft after a drafting step: benchmarks/studies/mtp_catchup.py). So a probe the next
 plan does not follow with drafts of its own doubles the run of plain steps before the next probe,
 up to PROBE_AFTER_MAX; a step that drafts by plan sets it back to PROBE_AFTER. A sequence whose MTP
 block is more than PROBE_AFTER_MAX + 1 rows behind (one that never drafted, whose catch-up is its
-whole prompt: width 16, 200-token prompts, 66 ms, ten plain steps; benchmarks/mtp_catchup.py) is
+whole prompt: width 16, 200-token prompts, 66 ms, ten plain steps; benchmarks/studies/mtp_catchup.py) is
 probed only where that pays (plan.probe_pays): drafting in the steps whose carry-over favours it,
 at the share of step time the calibration's carry-over bins say that saves, over the tokens the
 sequence has left, must save more than its catch-up costs. Without that, a request whose first

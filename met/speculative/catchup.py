@@ -6,7 +6,7 @@ rows share one pass. Longer ones share a pass only with catch-ups of the same po
 class: batched with short ones, every row would be padded to the longest (at width 4 after a
 256-token prompt, a 4 x 256 pass of which three quarters is padding), while a pass per sequence
 pays the per-pass overhead width times (at width 16 after 16 plain steps, 16 passes of 17 rows
-took 2.1x the time of one: `python3 benchmarks/mtp_catchup.py`).
+took 2.1x the time of one: `python3 benchmarks/studies/mtp_catchup.py`).
 """
 
 CATCHUP_SHARED_ROWS = 16

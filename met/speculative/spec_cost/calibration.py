@@ -89,7 +89,7 @@ class AcceptanceCalibration:
     log-prob of the previous step's first draft, how likely is this step's draft at each position
     to be accepted? A draft's confidence says much about that draft and less about the next step's
     (after a first draft under log-prob -1, accepted itself about 0.4 of the time, the next
-    step's first draft was accepted about 0.65 of the time: benchmarks/confidence_carryover.py),
+    step's first draft was accepted about 0.65 of the time: benchmarks/studies/confidence_carryover.py),
     so it is fitted on its own, on consecutive steps of the same sequences. Its bins are not
     forced to rise with confidence. A calibration without it answers with the position priors.
 

@@ -7,12 +7,13 @@ catches up on the whole prompt), takes p plain steps, then times one depth-1 dra
 grouping rules in turn (order alternated per repeat); medians. The last plain step before the
 draft is timed too, for scale.
 
-    python3 benchmarks/mtp_catchup.py      # prints a markdown table; --out FILE also writes it
+    python3 benchmarks/studies/mtp_catchup.py      # prints a markdown table; --out FILE also writes it
 """
 
 import argparse
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from met.model.recipes import embedded
 from met.model.tokenizer import encode
 from met.speculative.catchup import CATCHUP_SHARED_ROWS
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: report.py
 from report import publish
 
 PLAIN_STEPS = ("prompt", 0, 1, 4, 16, 32)  # "prompt": the first draft after prefill
@@ -70,7 +72,7 @@ def main() -> None:
     model = embedded().load()
     texts = [encode(t)[:200] for t in heldout_code(16)]
     lines = ["# MTP draft after p plain steps: catch-up passes by size class vs one per sequence", "",
-             f"Command: `python3 benchmarks/mtp_catchup.py --widths {args.widths} --repeats {args.repeats}`; "
+             f"Command: `python3 benchmarks/studies/mtp_catchup.py --widths {args.widths} --repeats {args.repeats}`; "
              f"{platform.platform()}, torch {torch.__version__}, 1 thread; held-out prompts of 200 tokens; "
              "median ms of a depth-1 draft.", "",
              "| width | plain steps before | size classes ms | one pass each ms | one pass each / size classes "

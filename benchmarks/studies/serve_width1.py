@@ -1,6 +1,6 @@
 """Served tokens/s at width 1: --spec off against --spec mtp (static) and --spec mtp --spec-cost-model measured.
 
-Run: python3 benchmarks/serve_width1.py [--prompts 16] [--max-tokens 128] [--out benchmarks/results/serve_width1.md]
+Run: python3 benchmarks/studies/serve_width1.py [--prompts 16] [--max-tokens 128] [--out benchmarks/studies/results/serve_width1.md]
 
 One process, one model, one real server per configuration on loopback (ephemeral ports), all up
 at once; the official openai client sends each held-out prompt to every server in turn
@@ -97,7 +97,7 @@ def main() -> int:
     same = all(texts[name] == texts["off"] for name in configs)
     lines = [f"## served tokens/s at width 1 ({recipe.id}, {box}, {settings.threads} threads, torch "
              f"{torch.__version__}, python {platform.python_version()})", "",
-             f"`python3 benchmarks/serve_width1.py --prompts {args.prompts} --max-tokens {args.max_tokens}` "
+             f"`python3 benchmarks/studies/serve_width1.py --prompts {args.prompts} --max-tokens {args.max_tokens}` "
              f"with table {table}; {len(prompts)} held-out code prompts, greedy; outputs identical: {same}", "",
              "| spec | tokens | seconds | tok/s | vs off | accepted drafts per verify | planned depth (why) |",
              "|---|---|---|---|---|---|---|"]

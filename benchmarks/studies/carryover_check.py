@@ -10,7 +10,7 @@ drafts, and the realized mean's standard error.
 Greedy decoding is deterministic, so one run is the whole sample; --prompts takes more of the
 held-out files (the policies benchmark runs the first 16).
 
-    python3 benchmarks/carryover_check.py [--depth 3] [--concurrency 1] [--prompts 16] [--out FILE]
+    python3 benchmarks/studies/carryover_check.py [--depth 3] [--concurrency 1] [--prompts 16] [--out FILE]
 """
 
 import argparse
@@ -30,6 +30,7 @@ from met.serve.boot import default_calibration, default_table
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 from met.speculative.spec_cost import AcceptanceCalibration
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: report.py
 from report import publish
 
 

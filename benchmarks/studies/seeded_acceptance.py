@@ -9,7 +9,7 @@ DFlash) more often. Host drafts (prompt lookup) are one-hot: both rules keep the
 p(x). This decodes the policies benchmark's held-out prompts at a fixed depth under each rule and
 sets their acceptance side by side.
 
-    python3 benchmarks/seeded_acceptance.py [--prompts 16] [--tokens 128] [--rounds 2] [--out FILE]
+    python3 benchmarks/studies/seeded_acceptance.py [--prompts 16] [--tokens 128] [--rounds 2] [--out FILE]
 """
 
 import argparse
@@ -25,6 +25,7 @@ from met.engine.generate import generate
 from met.engine.runner import ModelRunner, Sampling
 from met.model.recipes import embedded
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: report.py
 from report import publish
 
 CONFIGS = [("mtp", 3), ("prompt-lookup", 4)]

@@ -9,7 +9,7 @@ sweep's own cells (loop_sweep.run_cell) at one width, every depth, interleaved o
 prints per depth the median over runs of each run's median step and of each run's mean step, and
 each depth's step cost relative to plain decode both ways.
 
-    python3 benchmarks/step_statistic.py [--width 1] [--repeats 12] [--out FILE]
+    python3 benchmarks/studies/step_statistic.py [--width 1] [--repeats 12] [--out FILE]
 """
 
 import argparse
@@ -26,6 +26,7 @@ from met.model.corpus import heldout_prompts
 from met.model.recipes import embedded
 from met.model.tokenizer import encode
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: report.py
 from report import publish
 
 

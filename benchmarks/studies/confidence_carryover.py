@@ -10,11 +10,12 @@ a first draft's top-1 log-prob, how often that draft was accepted and how many t
 emitted, and how often the *next* step's first draft was accepted and how many tokens the next
 step emitted.
 
-    python3 benchmarks/confidence_carryover.py   # writes benchmarks/results/confidence_carryover.md
+    python3 benchmarks/studies/confidence_carryover.py   # writes benchmarks/studies/results/confidence_carryover.md
 """
 
 import argparse
 import platform
+import sys
 from pathlib import Path
 
 import torch
@@ -24,6 +25,7 @@ from met.model.corpus import calibration_windows
 from met.model.recipes import embedded
 from met.model.tokenizer import encode
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: report.py
 from report import publish
 
 EDGES = (0.0, -0.05, -0.2, -0.5, -1.0, -2.0, float("-inf"))  # log-prob bins (upper, lower]
@@ -55,14 +57,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", type=int, default=64)
     ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/confidence_carryover.md"))
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/studies/results/confidence_carryover.md"))
     args = ap.parse_args()
     torch.set_num_threads(1)
     model = embedded().load()
     prompts = [encode(t)[:CONTEXT] for t in calibration_windows(args.prompts)]
     rows = decode_steps(model, prompts, args.steps)
     lines = ["# A draft's confidence: what it says about its own acceptance, and about the next step's", "",
-             f"Command: `python3 benchmarks/confidence_carryover.py --prompts {args.prompts} --steps {args.steps}`; "
+             f"Command: `python3 benchmarks/studies/confidence_carryover.py --prompts {args.prompts} --steps {args.steps}`; "
              f"{platform.platform()}, torch {torch.__version__}; {len(prompts)} calibration windows, greedy MTP at "
              f"depth {DEPTH} every step, width {WIDTH}; {len(rows)} sequence-steps with a step before them.", "",
              "| first draft's log-prob | steps | that draft accepted | its step emitted "

@@ -15,7 +15,7 @@ over the rest; then it checks that no benchmark prompt or calibration window is 
 (greedy MTP decoding, as `met bench spec-cost` fits it) on its windows and on the windows the same
 cut would take from the near-copies.
 
-    python3 benchmarks/heldout_quality.py [--window 256] [--threads 1] [--out FILE]
+    python3 benchmarks/studies/heldout_quality.py [--window 256] [--threads 1] [--out FILE]
 """
 
 import argparse
@@ -34,8 +34,9 @@ from met.bench.policies import PROMPT_BYTES, PROMPT_OFFSET
 from met.model import corpus
 from met.model.recipes import embedded
 from met.model.tokenizer import EOS, encode
-from met.model.train import evaluate
+from met.train.recipe import evaluate
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: report.py
 from report import publish
 
 BATCH = 32  # windows per forward

@@ -10,7 +10,7 @@ objects back), interleaved over --repeats, and reports per policy and heap: toke
 the collector's passes per run by generation and the seconds they took, and the frozen/unfrozen
 tok/s ratio paired by repeat.
 
-    python3 benchmarks/gc_pause.py   # prints a markdown table; --out FILE also writes it
+    python3 benchmarks/studies/gc_pause.py   # prints a markdown table; --out FILE also writes it
 """
 
 import argparse
@@ -33,6 +33,7 @@ from met.model.recipes import embedded
 from met.serve.boot import MeasuredBoot, boot_measured, default_calibration, default_table
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: report.py
 from report import publish
 
 

@@ -16,8 +16,8 @@ one draft; for the measured planner, which mixes depths, the depth of most of it
 the last column gives the mix). Each configuration runs `--repeats` times, interleaved; medians
 per repeat, then the median over repeats.
 
-    python3 benchmarks/step_decomposition.py [--policies off,fixed-1,fixed-3,fixed-4,measured]
-    # writes benchmarks/results/step_decomposition.md
+    python3 benchmarks/studies/step_decomposition.py [--policies off,fixed-1,fixed-3,fixed-4,measured]
+    # writes benchmarks/studies/results/step_decomposition.md
 """
 
 import argparse
@@ -96,7 +96,7 @@ def main() -> int:
     ap.add_argument("--policies", default="off,fixed-1,fixed-3",
                     help="off, fixed-1..fixed-4 and measured (the table's planner), comma-separated")
     ap.add_argument("--table", type=Path, help="default: tables/<box_class>/met-tiny-py.toml")
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/step_decomposition.md"))
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/studies/results/step_decomposition.md"))
     args = ap.parse_args()
     torch.set_num_threads(1)
     recipe = embedded()
