@@ -4,7 +4,7 @@
 #   2. run the GPU tests (pytest -m gpu);
 #   3. an NVML sweep in float32 (plus the drafter's calibration): OUTDIR/<box_class>/met-tiny-py.float32.toml,
 #      drafting cells to depth 4 at widths 1, 4 and 16, the verify of copies to 16 at width 1 (6 at 4, 2 at 16);
-#   4. `met bench policies` on it, issue 7's workload (16 held-out prompts, 128 tokens, 5 repeats, every policy)
+#   4. `met bench policies` on it, the planner's workload (16 held-out prompts, 128 tokens, 5 repeats, every policy)
 #      with J/token: OUTDIR/policies-float32/;
 #   5. with the time left, benchmarks/planner_steps.py at c = 16 on that table (where the planner's host time
 #      goes) and benchmarks/peer_transformers.py on the device (4 prompts, 2 repeats): OUTDIR/peer/.
@@ -153,7 +153,7 @@ if [ "$lim" -ge 20 ] && [ -f "$OUTDIR/$BOX/met-tiny-py.float32.toml" ]; then
     pack
 fi
 
-# met against transformers on the same weights and prompts on this device (issue 7's last check), if time is left
+# met against transformers on the same weights and prompts on this device (plain and best speculation against transformers'), if time is left
 lim=$(limit 200 0)
 if [ "$lim" -ge 60 ]; then
     say "peer_transformers on $DEVICE -> $OUTDIR/peer, at most $lim s"
