@@ -11,7 +11,7 @@ from met import __version__
 from met.bench.cli import bench_app
 from met.bench.tables_cli import tables_app
 from met.engine.cli import generate
-from met.engine.train_cli import train_cmd
+from met.train.cli import train_cmd
 from met.exit_codes import EX_IOERR
 from met.model.cli import info_cmd, model_app
 from met.say import say
@@ -25,7 +25,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # click's plain help: paragraphs rewrapped to the terminal, as rich mode does not
 )
-model_app.command("train")(train_cmd)  # met.engine.train_cli: its card's acceptance is decoded by the engine
+model_app.command("train")(train_cmd)  # met.train.cli: its card's acceptance is decoded by the engine
 model_app.command("info")(info_cmd)
 app.add_typer(bench_app, name="bench")
 app.add_typer(tables_app, name="tables")

@@ -1,6 +1,6 @@
 """The `met model` sub-app and its info command: describe a recipe (embedded or a checkpoint folder).
 
-`met model train` is met.engine.train_cli's: the card it writes carries acceptance decoded by the
+`met model train` is met.train.cli's: the card it writes carries acceptance decoded by the
 engine, which met.model does not import. met/cli.py wires both commands into model_app.
 """
 

@@ -8,7 +8,6 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import met.model.recipes as recipes
 from met.cli import app
 from met.engine.generate import generate
 from met.engine.identity import dflash_drafter_key
@@ -17,9 +16,10 @@ from met.exit_codes import EX_DATAERR, EX_NOINPUT
 from met.model.config import ModelConfig
 from met.model.corpus import Split
 from met.model.dflash import DflashConfig, DflashDrafter, save_drafter, shipped_path
-from met.model.dflash_train import DflashTrainParams, train_dflash
+import met.model.recipes as recipes
 from met.model.transformer import Transformer
 from met.model.weights import save_weights, write_card
+from met.train.dflash import DflashTrainParams, train_dflash
 
 PROMPTS = ["def add(a, b):\n", "aaaa", "x = [1, 2, 3]"]
 

@@ -7,8 +7,8 @@ from typer.testing import CliRunner
 
 from met.cli import app
 from met.model.config import ModelConfig
-from met.model.train import TrainParams, lr_at
 from met.model.weights import file_digest, load_model
+from met.train.recipe import TrainParams, lr_at
 
 
 def test_tiny_training_run_writes_weights_and_card(tmp_path):

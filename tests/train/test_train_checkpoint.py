@@ -1,4 +1,4 @@
-"""Training checkpoints (met.model.train_state): a run stopped and resumed ends where one that never stopped does."""
+"""Training checkpoints (met.train.checkpoint): a run stopped and resumed ends where one that never stopped does."""
 
 import numpy as np
 import pytest
@@ -6,8 +6,8 @@ import torch
 
 from met.model.corpus import Split
 from met.model.dflash import DflashConfig, DflashDrafter
-from met.model.dflash_train import DflashTrainParams, train_dflash
-from met.model.train import TrainParams, train
+from met.train.dflash import DflashTrainParams, train_dflash
+from met.train.recipe import TrainParams, train
 
 from random_models import random_micro
 
@@ -63,22 +63,22 @@ def test_the_dflash_trainer_resumes_where_it_stopped(tmp_path):
 
 
 def test_a_missing_checkpoint_starts_from_step_zero(tmp_path):
-    from met.model import train_state
+    from met.train import checkpoint
 
     model = random_micro()
     opt = torch.optim.AdamW(model.parameters())
-    assert train_state.resume(tmp_path / "none.pt", "model", model, opt, np.random.default_rng(0)) == (0, 0.0, {})
-    assert train_state.resume(None, "model", model, opt, np.random.default_rng(0)) == (0, 0.0, {})
+    assert checkpoint.resume(tmp_path / "none.pt", "model", model, opt, np.random.default_rng(0)) == (0, 0.0, {})
+    assert checkpoint.resume(None, "model", model, opt, np.random.default_rng(0)) == (0, 0.0, {})
 
 
 @pytest.mark.parametrize("key", ["model", "drafter"])
 def test_the_checkpoint_is_replaced_whole(tmp_path, key):
     model = random_micro()
     opt = torch.optim.AdamW(model.parameters())
-    from met.model import train_state
+    from met.train import checkpoint
 
     ckpt = tmp_path / "c.pt"
-    train_state.save(ckpt, key, model, opt, np.random.default_rng(0), None, 3, {"wall_s": 1.5},
+    checkpoint.save(ckpt, key, model, opt, np.random.default_rng(0), None, 3, {"wall_s": 1.5},
                      TrainParams(), model.cfg)
     assert not ckpt.with_suffix(".tmp").exists()
     state = torch.load(ckpt, weights_only=False)
@@ -87,34 +87,34 @@ def test_the_checkpoint_is_replaced_whole(tmp_path, key):
 
 def test_a_drafters_checkpoint_is_not_resumed_as_a_model(tmp_path):
     # the key names whose state the file holds; nothing is loaded from it
-    from met.model import train_state
+    from met.train import checkpoint
 
     model = random_micro()
     opt = torch.optim.AdamW(model.parameters())
     ckpt = tmp_path / "c.pt"
-    train_state.save(ckpt, "drafter", model, opt, np.random.default_rng(0), None, 3, {"wall_s": 1.0},
+    checkpoint.save(ckpt, "drafter", model, opt, np.random.default_rng(0), None, 3, {"wall_s": 1.0},
                      TrainParams(), model.cfg)
-    with pytest.raises(train_state.UnusableCheckpoint, match=r"c\.pt holds no 'model' state \(found: drafter, "):
-        train_state.resume(ckpt, "model", model, opt, np.random.default_rng(0))
+    with pytest.raises(checkpoint.UnusableCheckpoint, match=r"c\.pt holds no 'model' state \(found: drafter, "):
+        checkpoint.resume(ckpt, "model", model, opt, np.random.default_rng(0))
 
 
 def test_a_run_asking_fewer_steps_than_its_checkpoint_is_refused(tmp_path):
     # a checkpoint at step 6 and steps=4: PastSteps names both (the card would have claimed 4)
-    from met.model import train_state
+    from met.train import checkpoint
 
     params = TrainParams(steps=6, batch=2, seq_len=16, warmup=2, eval_every=100, checkpoint_every=3)
     train(random_micro(), SPLIT, SPLIT, params, tmp_path / "run.pt")
-    with pytest.raises(train_state.PastSteps, match="already at step 6, past the 4 steps asked for"):
+    with pytest.raises(checkpoint.PastSteps, match="already at step 6, past the 4 steps asked for"):
         train(random_micro(), SPLIT, SPLIT, TrainParams(steps=4, batch=2, seq_len=16, warmup=2), tmp_path / "run.pt")
 
 
 def test_a_run_resumed_with_other_options_is_refused(tmp_path):
     # a checkpoint of batch 2 resumed with batch 3: ChangedParams names it; more steps and evals may change
-    from met.model import train_state
+    from met.train import checkpoint
 
     params = TrainParams(steps=3, batch=2, seq_len=16, warmup=2, eval_every=100, checkpoint_every=3)
     train(random_micro(), SPLIT, SPLIT, params, tmp_path / "run.pt")
-    with pytest.raises(train_state.ChangedParams, match=r"trained with batch 2 \(this run: 3\); resume it with"):
+    with pytest.raises(checkpoint.ChangedParams, match=r"trained with batch 2 \(this run: 3\); resume it with"):
         train(random_micro(), SPLIT, SPLIT, TrainParams(steps=4, batch=3, seq_len=16, warmup=2), tmp_path / "run.pt")
     stats = train(random_micro(), SPLIT, SPLIT, TrainParams(steps=5, batch=2, seq_len=16, warmup=2, eval_every=2,
                                                              checkpoint_every=2), tmp_path / "run.pt")
@@ -123,7 +123,7 @@ def test_a_run_resumed_with_other_options_is_refused(tmp_path):
 
 def test_a_drafter_is_not_resumed_against_another_targets_weights(tmp_path):
     # the target recipe's id is kept in the checkpoint: a retrained target (new digest) is refused, the same resumes
-    from met.model import train_state
+    from met.train import checkpoint
 
     target = random_micro()
 
@@ -134,6 +134,6 @@ def test_a_drafter_is_not_resumed_against_another_targets_weights(tmp_path):
         return train_dflash(drafter, target, SPLIT, SPLIT, params, tmp_path / "d.pt", target_id=target_id)
 
     run(2, "micro@aaaa")
-    with pytest.raises(train_state.UnusableCheckpoint, match=r"d\.pt was trained against micro@aaaa, not micro@bbbb"):
+    with pytest.raises(checkpoint.UnusableCheckpoint, match=r"d\.pt was trained against micro@aaaa, not micro@bbbb"):
         run(4, "micro@bbbb")
     assert run(4, "micro@aaaa")["step"] == 4

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-import met.engine.evaluate as evaluate
-import met.engine.train_dflash_cli as dflash_cli
 from met.cli import app
 from met.model.corpus import Split
 from met.model.dflash import load_drafter
+import met.train.acceptance as evaluate
+import met.train.dflash_cli as dflash_cli
 
 
 @pytest.fixture

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from met.model import train_state
 from met.model.corpus import Split
 from met.model.dflash import DflashDrafter
-from met.model.train import LN2, lr_at, sample_batch
 from met.model.transformer import Transformer
+from met.train import checkpoint
+from met.train.recipe import LN2, lr_at, sample_batch
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,9 +99,9 @@ def train_dflash(drafter: DflashDrafter, target: Transformer, train_split: Split
     torch.manual_seed(params.seed)
     opt = torch.optim.AdamW(drafter.parameters(), lr=params.lr, betas=(0.9, 0.95), weight_decay=params.weight_decay)
     rng, gen = np.random.default_rng(params.seed), torch.Generator().manual_seed(params.seed)
-    step, elapsed, stats = train_state.resume(ckpt, "drafter", drafter, opt, rng, gen, params, target_id)
+    step, elapsed, stats = checkpoint.resume(ckpt, "drafter", drafter, opt, rng, gen, params, target_id)
     if step > params.steps:
-        raise train_state.PastSteps(ckpt, step, params.steps)
+        raise checkpoint.PastSteps(ckpt, step, params.steps)
     drafter.train()
     t0 = time.perf_counter() - elapsed
     while step < params.steps:
@@ -119,7 +119,7 @@ def train_dflash(drafter: DflashDrafter, target: Transformer, train_split: Split
         if step % params.eval_every == 0 or step == params.steps:
             stats |= evaluate(drafter, target, heldout, params)
             if ckpt is not None:
-                train_state.save(ckpt, "drafter", drafter, opt, rng, gen, step, stats, params, drafter.cfg, target_id)
+                checkpoint.save(ckpt, "drafter", drafter, opt, rng, gen, step, stats, params, drafter.cfg, target_id)
         on_step(step, stats)
     if "heldout_accept_at" not in stats:  # resumed from a finished run's checkpoint
         stats = {"step": step, "wall_s": elapsed} | stats | evaluate(drafter, target, heldout, params)

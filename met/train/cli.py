@@ -1,34 +1,34 @@
-"""`met model train`: train a recipe (met.model.train) and card it with its drafter's acceptance, decoded by the engine.
+"""`met model train`: train a recipe (met.train.recipe) and card it with its drafter's acceptance, decoded by the engine.
 
-It sits above met.model, which imports nothing of the engine: met/cli.py wires it into the model
-sub-app (met.model.cli.model_app) beside `met model info`.
+met.train sits above met.engine, whose scheduler decodes the card's acceptance; met.model imports
+nothing of either, so met/cli.py wires this command into the model sub-app
+(met.model.cli.model_app) beside `met model info`.
 """
 
 import math
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, TextIO
+from typing import Annotated
 
 import torch
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from met.engine.evaluate import mtp_acceptance
 from met.engine.identity import MAX_THREADS
-from met.exit_codes import EX_CANTCREAT, EX_DATAERR
+from met.exit_codes import EX_DATAERR
 from met.model.cli import fail
 from met.model.config import ModelConfig
 from met.model.corpus import HELDOUT_PERCENT, load_split, stdlib_root
-from met.model.dflash_train import DflashTrainParams
-from met.model.train import TrainParams, train
-from met.model.train_state import ChangedParams, PastSteps, UnusableCheckpoint, shown
 from met.model.transformer import Transformer
 from met.model.weights import save_weights, write_card
 from met.path_option import nonempty_path
+from met.train.acceptance import mtp_acceptance
+from met.train.checkpoint import ChangedParams, PastSteps, UnusableCheckpoint, shown
+from met.train.dflash import DflashTrainParams
+from met.train.out_dir import open_log, writing
+from met.train.recipe import TrainParams, train
 
 _D = TrainParams()
 _DF = DflashTrainParams()
@@ -102,7 +102,7 @@ def train_cmd(
         raise fail(f"--seq-len {params.seq_len} leaves no room for the 2 MTP targets in preset {preset}'s "
                    f"context of {cfg.max_seq_len}; pass --seq-len {cfg.max_seq_len - 2} or less", 2)
     _apply_threads(threads)
-    log = _open_log(out_dir)
+    log = open_log(out_dir)
     train_split, heldout = load_split(False), load_split(True)
     torch.manual_seed(seed)
     model = Transformer(cfg)
@@ -159,7 +159,7 @@ def train_cmd(
 
 def _train_dflash(target: str, out_dir: Path, steps: int | None, batch: int | None, seq_len: int | None,
                   lr: float | None, eval_every: int | None, seed: int) -> None:
-    from met.engine.train_dflash_cli import train_dflash_cmd
+    from met.train.dflash_cli import train_dflash_cmd
     from met.model.dflash import DflashConfig
     from met.model.recipes import RecipeError, embedded
 
@@ -178,7 +178,7 @@ def _train_dflash(target: str, out_dir: Path, steps: int | None, batch: int | No
         raise fail(f"--seq-len {params.seq_len} does not fit a drafter for {target}: a window holds its block "
                    f"and 2 rows ({shortest} tokens) within the target's context of {longest}; pass --seq-len "
                    f"{shortest}..{longest}", 2)
-    _open_log(out_dir).close()
+    open_log(out_dir).close()
     try:
         train_dflash_cmd(target, out_dir, params, {}, console)
     except RecipeError as e:
@@ -197,30 +197,6 @@ def _or(value: int | float | None, default: int | float) -> int | float:
 def _apply_threads(threads: int) -> None:
     if threads:
         torch.set_num_threads(threads)
-
-
-def _open_log(out_dir: Path) -> TextIO:
-    """Create out_dir and open its train.log for appending, before any training; exit 73 when either fails."""
-    why = "it is a file, not a folder" if out_dir.exists() and not out_dir.is_dir() else ""
-    if not why:
-        try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-            return (out_dir / "train.log").open("a")
-        except OSError as e:
-            why = e.strerror or str(e)
-    raise fail(f"cannot write to --out-dir {out_dir}: {why}; pass a folder you can write", EX_CANTCREAT)
-
-
-@contextmanager
-def writing(out_dir: Path) -> Iterator[None]:
-    """Writes into out_dir: an OSError among them (a checkpoint, weights or card path a folder, a full disk) exits 73
-    naming the file."""
-    try:
-        yield
-    except OSError as e:
-        path = e.filename2 or e.filename or out_dir
-        raise fail(f"cannot write {path}: {e.strerror or e}; make room for it in --out-dir {out_dir} or pass "
-                   "another --out-dir", EX_CANTCREAT) from None
 
 
 def _checkpoint_refused(e: UnusableCheckpoint | PastSteps | ChangedParams) -> typer.Exit:

@@ -5,11 +5,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import met.engine.train_cli as train_cli
 from met.cli import app
-from met.model import train_state
 from met.model.corpus import Split
-from met.model.train import TrainParams
+from met.train import checkpoint
+import met.train.cli as train_cli
+from met.train.recipe import TrainParams
 
 from random_models import random_micro
 
@@ -45,7 +45,7 @@ def _micro_checkpoint(path, step: int) -> None:
     model = random_micro()
     opt = torch.optim.AdamW(model.parameters())
     path.parent.mkdir(parents=True, exist_ok=True)
-    train_state.save(path, "model", model, opt, np.random.default_rng(0), None, step, {"wall_s": 1.0},
+    checkpoint.save(path, "model", model, opt, np.random.default_rng(0), None, step, {"wall_s": 1.0},
                      TrainParams(steps=step, batch=2, seq_len=16), model.cfg)
 
 
@@ -70,7 +70,7 @@ def test_option_values_out_of_range_exit_2(no_training, tmp_path, option, value,
 @pytest.mark.parametrize("drafter", ["mtp", "dflash"])
 def test_an_empty_out_dir_exits_2_and_writes_nothing_here(no_training, tmp_path, monkeypatch, drafter):
     # typer reads '' (an unset variable) as Path('.'): the run trained into the current folder
-    import met.engine.train_dflash_cli as train_dflash_cli
+    import met.train.dflash_cli as train_dflash_cli
 
     monkeypatch.setattr(train_dflash_cli, "load_split", train_cli.load_split)  # no_training's, which raises
     monkeypatch.chdir(tmp_path)

@@ -1,6 +1,6 @@
 """`met model train --drafter dflash`: train a DFlash block drafter against a frozen recipe, write it and its card.
 
-Beside train_cli.py, above met.model: the card's greedy acceptance is decoded by the engine.
+Beside cli.py, which parses the options and calls it: the card's greedy acceptance is decoded by the engine.
 """
 
 import time
@@ -10,13 +10,13 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
-from met.engine.evaluate import dflash_acceptance
-from met.engine.train_cli import writing
 from met.model.corpus import load_split
 from met.model.dflash import DflashConfig, DflashDrafter, save_drafter
-from met.model.dflash_train import DflashTrainParams, train_dflash
 from met.model.recipes import embedded
 from met.model.weights import write_card
+from met.train.acceptance import dflash_acceptance
+from met.train.dflash import DflashTrainParams, train_dflash
+from met.train.out_dir import writing
 
 
 def train_dflash_cmd(target_name: str, out_dir: Path, params: DflashTrainParams, config: dict,
@@ -24,7 +24,7 @@ def train_dflash_cmd(target_name: str, out_dir: Path, params: DflashTrainParams,
     """Train, then write OUT_DIR/<target>.dflash.safetensors and <target>.dflash.card.json (resumes from a checkpoint).
 
     Raises RecipeError (no such target) or ValueError (bad shapes); the caller turns them into exit statuses.
-    A checkpoint, drafter or card that cannot be written exits 73 here (train_cli.writing), naming the file.
+    A checkpoint, drafter or card that cannot be written exits 73 here (out_dir.writing), naming the file.
     """
     recipe = embedded(target_name)
     target = recipe.load()

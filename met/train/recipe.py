@@ -10,9 +10,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from met.model import train_state
 from met.model.corpus import Split
 from met.model.transformer import Transformer
+from met.train import checkpoint
 
 LN2 = math.log(2.0)
 
@@ -98,15 +98,15 @@ def train(model: Transformer, train_split: Split, heldout: Split, params: TrainP
           on_step: Callable[[int, dict], None] = lambda step, stats: None) -> dict:
     """Train in place, resuming from and saving to ckpt; returns the final stats.
 
-    Raises train_state.UnusableCheckpoint for a ckpt it cannot resume, PastSteps for one past params.steps,
+    Raises checkpoint.UnusableCheckpoint for a ckpt it cannot resume, PastSteps for one past params.steps,
     ChangedParams for one trained with other params (beyond steps and the evaluation interval).
     """
     torch.manual_seed(params.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=params.lr, betas=(0.9, 0.95), weight_decay=params.weight_decay)
     rng = np.random.default_rng(params.seed)
-    step, elapsed, stats = train_state.resume(ckpt, "model", model, opt, rng, params=params)
+    step, elapsed, stats = checkpoint.resume(ckpt, "model", model, opt, rng, params=params)
     if step > params.steps:
-        raise train_state.PastSteps(ckpt, step, params.steps)
+        raise checkpoint.PastSteps(ckpt, step, params.steps)
     if params.seq_len + 2 > model.cfg.max_seq_len:
         raise ValueError(f"seq_len {params.seq_len} + 2 exceeds the model's max_seq_len {model.cfg.max_seq_len}")
     depths = min(len(params.mtp_weights), model.cfg.mtp_depth)
@@ -129,7 +129,7 @@ def train(model: Transformer, train_split: Split, heldout: Split, params: TrainP
         if step % params.eval_every == 0 or step == params.steps:
             stats |= evaluate(model, heldout, seq_len=params.seq_len)
         if ckpt is not None and (step % params.checkpoint_every == 0 or step == params.steps):
-            train_state.save(ckpt, "model", model, opt, rng, None, step, stats, params, model.cfg)
+            checkpoint.save(ckpt, "model", model, opt, rng, None, step, stats, params, model.cfg)
         on_step(step, stats)
     if "heldout_bpb" not in stats:  # resumed from a checkpoint that kept no final evaluation
         stats = {"step": step, "wall_s": elapsed, "tokens": step * params.batch * (params.seq_len + 1)} | stats

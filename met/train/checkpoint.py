@@ -1,6 +1,6 @@
 """Training checkpoints: a run's weights, optimiser and random streams saved atomically, and resumed from.
 
-Both trainers (the recipe's, met.model.train, and the DFlash drafter's, met.model.dflash_train)
+Both trainers (the recipe's, met.train.recipe, and the DFlash drafter's, met.train.dflash)
 keep the same state: the trained module under its own key ("model" or "drafter"), the AdamW
 state, the numpy generator that draws batches, an optional torch generator (the drafter's
 anchors), the step, the wall seconds so far and the last stats. A resumed run draws the same
