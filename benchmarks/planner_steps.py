@@ -4,7 +4,7 @@ This runs the workload of `met bench policies` (its held-out prompts x --max-tok
 --concurrency requests in flight, the heap settled as met.bench.policies.run_all settles it)
 under each --policies policy. It does one warm-up run per policy, then --repeats kept runs,
 interleaved, with the order reversed every other repeat. The measured planner plans from the
-table that `met bench policies` boots (met.serve.boot.boot_measured, with the same key checks).
+table that `met bench policies` boots (met.bench.measured_boot.boot_measured, with the same key checks).
 
 A: phases. While they run, the Scheduler's phase methods are wrapped with timers
 (`SchedulerPhases`, which restores them on exit). Each policy is wrapped too (`Watched`), to time
@@ -45,6 +45,7 @@ from typing import NamedTuple
 import torch
 
 from met.bench import policies as pol
+from met.bench.measured_boot import BootError, MeasuredBoot, boot_measured, default_calibration, default_table
 from met.engine import heap
 from met.engine.identity import box_class, resolve_run
 from met.engine.policy_base import Outcome, Policy, StepPlan
@@ -52,7 +53,6 @@ from met.engine.requests import Finished, SeqState
 from met.engine.runner import Draft, ModelRunner
 from met.engine.scheduler import Scheduler
 from met.model.recipes import DEFAULT_RECIPE, RecipeError, embedded
-from met.serve.boot import BootError, MeasuredBoot, boot_measured, default_calibration, default_table
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 from met.speculative.spec_cost import SpecCostState
 

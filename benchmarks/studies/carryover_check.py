@@ -23,10 +23,10 @@ from pathlib import Path
 import torch
 
 from met.bench import policies as pol
+from met.bench.measured_boot import default_calibration, default_table
 from met.engine.identity import box_class
 from met.engine.runner import ModelRunner
 from met.model.recipes import embedded
-from met.serve.boot import default_calibration, default_table
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 from met.speculative.spec_cost import AcceptanceCalibration
 

@@ -26,11 +26,11 @@ from pathlib import Path
 import torch
 
 from met.bench import policies as pol
+from met.bench.measured_boot import MeasuredBoot, boot_measured, default_calibration, default_table
 from met.engine.heap import settle
 from met.engine.identity import box_class, resolve_run
 from met.engine.runner import ModelRunner
 from met.model.recipes import embedded
-from met.serve.boot import MeasuredBoot, boot_measured, default_calibration, default_table
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: report.py

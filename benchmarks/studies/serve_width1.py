@@ -26,12 +26,12 @@ import openai
 import torch
 import uvicorn
 
+from met.bench.measured_boot import BootError, MeasuredBoot, boot_measured, default_calibration, default_table
 from met.engine.identity import RunSettings, apply_threads, box_class, default_device, default_dtype
 from met.engine.policy import PolicyConfig
 from met.model.corpus import heldout_code
 from met.model.recipes import DEFAULT_RECIPE, embedded
 from met.serve.app import Service, create_app
-from met.serve.boot import BootError, MeasuredBoot, boot_measured, default_calibration, default_table
 from met.serve.server import bound_port
 
 

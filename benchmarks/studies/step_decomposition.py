@@ -31,12 +31,12 @@ from pathlib import Path
 import torch
 
 from met.bench import policies
+from met.bench.measured_boot import default_calibration, default_table
 from met.engine.identity import box_class
 from met.engine.policy_base import PlainPolicy
 from met.engine.policy_mtp import MtpFixedPolicy, MtpPlannedPolicy
 from met.engine.runner import ModelRunner
 from met.model.recipes import embedded
-from met.serve.boot import default_calibration, default_table
 from met.speculative.catchup import CATCHUP_SHARED_ROWS
 from met.speculative.spec_capacity import DEFAULT_POOLS
 from met.speculative.spec_cost import AcceptanceCalibration, CostTable, SpecCostState

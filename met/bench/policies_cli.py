@@ -1,7 +1,7 @@
 """`met bench policies`: every drafting policy on one held-out workload at several concurrencies, side by side.
 
 The command parses, boots the measured planner's table exactly as `met serve --spec-cost-model
-measured` does (met.serve.boot: same key checks, same exit statuses), runs the policies
+measured` does (met.bench.measured_boot: same key checks, same exit statuses), runs the policies
 (met.bench.policies), summarises and checks (met.bench.policies_report), and writes JSON,
 markdown and a PNG (met.bench.policies_plot) under --out-dir.
 """
@@ -20,6 +20,8 @@ import typer
 
 from met import __version__
 from met.bench import policies as pol
+from met.bench.measured_boot import (BootError, MeasuredBoot, boot_measured, default_calibration, default_table,
+                                    energy_source)
 from met.bench.policies_identity import mismatches
 from met.bench.policies_plot import PlotUnavailable, plot
 from met.bench.policies_report import Row, checks, document, markdown, summarise
@@ -33,8 +35,6 @@ from met.model.corpus import root_named
 from met.model.dflash import DrafterError, load_drafter, shipped_path
 from met.model.recipes import DEFAULT_RECIPE, RecipeError, embedded
 from met.path_option import nonempty_path
-from met.serve.boot import (BootError, MeasuredBoot, boot_measured, default_calibration, default_table,
-                            energy_source)
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 
 DEFAULTS = {"prompts": 16, "max_tokens": 128, "repeats": 3, "concurrency": "1,4,16"}

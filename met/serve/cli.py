@@ -9,6 +9,7 @@ import torch
 import typer
 from rich.console import Console
 
+from met.bench.measured_boot import BootError, MeasuredBoot, boot_measured, default_calibration, default_table
 from met.bench.tables_cli import measured_ago
 from met.engine import heap
 from met.engine.identity import (MAX_THREADS, RunSettings, box_class as derive_box_class, resolve_run,
@@ -23,7 +24,6 @@ from met.path_option import nonempty_model, nonempty_path
 from met.serve import server, tui
 from met.serve.app import Service, create_app
 from met.serve.auth import DEFAULT_TENANT, KeyRing, KeysFileError, read_keys_file
-from met.serve.boot import BootError, MeasuredBoot, boot_measured, default_calibration, default_table
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 from met.speculative.spec_cost import SpecCostState
 

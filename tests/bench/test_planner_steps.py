@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from met.bench.measured_boot import energy_source
 import met.bench.policies as pol
 from met.engine.identity import MODES, mtp_drafter_key, resolve_run, serve_table_key
 from met.engine.policy_base import Outcome, StepPlan
 from met.engine.scheduler import Scheduler
-from met.serve.boot import energy_source
 from met.speculative.spec_cost import LookupBin
 from met.speculative.spec_cost.plan import DepthEstimate, PlanDecision
 

@@ -1,11 +1,14 @@
-"""Boot checks of --spec-cost-model measured: load the table and calibration, compare keys, refuse any mismatch.
+"""The measured planner's boot: load a table and its calibration, compare keys, refuse any mismatch.
 
-The serve's TableKey comes from met.engine.identity.serve_table_key, the same function
-`met bench spec-cost` writes tables with, so a table measured here under the same settings
-matches exactly. Exit statuses: 65 (EX_DATAERR) a table or calibration that is missing or does
-not parse; 78 (EX_CONFIG) measured under another key (every mismatch is listed: field, the
-table's value, this serve's value, what to do); 69 (EX_UNAVAILABLE) an --energy source that does
-not work here. Nothing is approximated: a table is used under its own key or not at all.
+`met serve --spec-cost-model measured` and `met bench policies` boot through it, so both refuse
+the same files with the same statuses. It sits in met.bench beside the table files it reads
+(met.serve may import met.bench; met.bench never imports met.serve). The TableKey comes from
+met.engine.identity.serve_table_key, the same function `met bench spec-cost` writes tables with,
+so a table measured here under the same settings matches exactly. Exit statuses: 65 (EX_DATAERR)
+a table or calibration that is missing or does not parse; 78 (EX_CONFIG) measured under another
+key (every mismatch is listed: field, the table's value, this serve's value, what to do); 69
+(EX_UNAVAILABLE) an --energy source that does not work here. Nothing is approximated: a table is
+used under its own key or not at all.
 """
 
 from dataclasses import dataclass
