@@ -1,4 +1,4 @@
-"""A local Hugging Face checkpoint folder as a recipe: its safetensors files, their digest, and loading them."""
+"""A local Hugging Face checkpoint folder's weights: its safetensors files, their digest, and loading them."""
 
 import dataclasses
 import hashlib
@@ -10,10 +10,9 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from met.model.config import ModelConfig
-from met.model.digest_cache import cached_digest
-from met.model.hf_config import CheckpointError, read_hf_config
+from met.model.errors import CheckpointError, RecipeError
+from met.model.hf_config import read_hf_config
 from met.model.kv_cache import PAD_ROOM
-from met.model.recipes import Recipe, RecipeError
 from met.model.transformer import Transformer, rope_table
 
 INDEX = "model.safetensors.index.json"
@@ -74,37 +73,28 @@ def checkpoint_name(folder: Path) -> str:
     return model_name(folder, read_hf_config(folder.resolve()).hub_id)
 
 
-def hf_recipe(folder: Path) -> Recipe:
-    """The recipe of a checkpoint folder: its model name, config and the digest of its weights and config."""
-    folder = folder.resolve()
-    hf = read_hf_config(folder)
-    files = weight_files(folder)
-    name = model_name(folder, hf.hub_id)
-    card = {"source": "hf", "folder": str(folder), "architecture": hf.architecture, "hub_id": hf.hub_id,
-            "files": [f.name for f in files], "eos_ids": list(hf.eos_ids)}
-    digest = recipe_digest(cached_digest(folder, files, files_digest), hf.config)
-    return Recipe(name, hf.config, folder, digest, card, source="hf")
+def load_hf(folder: Path, cfg: ModelConfig, architecture: str, dtype: torch.dtype = torch.float32,
+            device: str = "cpu") -> Transformer:
+    """The model with the folder's weights in dtype on device (built on the meta device: no float32 detour).
 
-
-def load_hf(recipe: Recipe, dtype: torch.dtype = torch.float32, device: str = "cpu") -> Transformer:
-    """The model with the folder's weights in dtype on device (built on the meta device: no float32 detour)."""
-    cfg = recipe.config
+    cfg is met's reading of the folder's config.json; architecture (its name) is quoted when the tensors do not fit.
+    """
     with torch.device("meta"):
         model = Transformer(cfg)
     expected = set(model.state_dict())
-    state = _read_tensors(weight_files(recipe.weights), dtype, device)
+    state = _read_tensors(weight_files(folder), dtype, device)
     if cfg.tie_word_embeddings:
-        _tie(state, recipe.weights)
+        _tie(state, folder)
     missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
     if missing or unexpected:
         parts = ([f"missing {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}"] if missing else []) + \
                 ([f"unexpected {', '.join(unexpected[:4])}"] if unexpected else [])
-        raise CheckpointError(f"{recipe.weights}: the tensors do not match a {recipe.card.get('architecture')} "
+        raise CheckpointError(f"{folder}: the tensors do not match a {architecture} "
                               f"of this config.json ({'; '.join(parts)})")
     try:
         model.load_state_dict(state, strict=True, assign=True)
     except RuntimeError as exc:
-        raise CheckpointError(f"{recipe.weights}: {' '.join(str(exc).split())[:400]}") from None
+        raise CheckpointError(f"{folder}: {' '.join(str(exc).split())[:400]}") from None
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     cos, sin = rope_table(cfg, cfg.max_seq_len + PAD_ROOM)  # buffers are not in the files: compute them here

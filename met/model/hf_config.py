@@ -6,17 +6,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from met.exit_codes import EX_DATAERR
 from met.model.config import ModelConfig
-from met.model.recipes import RecipeError
+from met.model.errors import CheckpointError, RecipeError
 
 SUPPORTED = ("LlamaForCausalLM", "Qwen2ForCausalLM")
-
-
-class CheckpointError(RecipeError):
-    """A checkpoint folder (or a card) that is there but cannot be used: unsupported architecture, bad files."""
-
-    status = EX_DATAERR  # invalid data, not missing input
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,8 @@
-"""The recipe registry: a recipe is a name, a config and a weights file with its digest."""
+"""The recipe registry: a recipe is a name, a config and a weights file with its digest.
+
+A recipe is either embedded (shipped under met/model/weights/ with its card) or a local Hugging
+Face checkpoint folder (read by hf_config.py and hf_checkpoint.py); both are built and loaded here.
+"""
 
 import re
 from dataclasses import dataclass
@@ -6,24 +10,17 @@ from pathlib import Path
 
 import torch
 
-from met.exit_codes import EX_NOINPUT
 from met.model.config import ModelConfig
+from met.model.digest_cache import cached_digest
+from met.model.errors import CheckpointError, RecipeError
+from met.model.hf_checkpoint import files_digest, load_hf, model_name, recipe_digest, weight_files
+from met.model.hf_config import read_hf_config
 from met.model.transformer import Transformer
 from met.model.weights import file_digest, load_model, read_card
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
 DEFAULT_RECIPE = "met-tiny-py"
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")  # a file name in WEIGHTS_DIR: no folder, no leading dot
-
-
-class RecipeError(Exception):
-    """A recipe that cannot be used: unknown, missing weights, or weights that are not the recipe's.
-
-    `status` is the exit status every command reports it with: EX_NOINPUT here (a subclass for bad
-    data, CheckpointError, says EX_DATAERR).
-    """
-
-    status = EX_NOINPUT
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +42,7 @@ class Recipe:
     def load(self, dtype: torch.dtype = torch.float32, device: str = "cpu") -> Transformer:
         """The model with this recipe's weights."""
         if self.source == "hf":
-            from met.model.hf_checkpoint import load_hf  # not at the top: it imports this module
-
-            return load_hf(self, dtype, device)
+            return load_hf(self.weights, self.config, self.card.get("architecture"), dtype, device)
         return load_model(self.config, self.weights, dtype).to(device)
 
 
@@ -93,6 +88,18 @@ def embedded(name: str = DEFAULT_RECIPE, verify: bool = True) -> Recipe:
     return Recipe(name, config, weights, digest, card)
 
 
+def hf_recipe(folder: Path) -> Recipe:
+    """The recipe of a checkpoint folder: its model name, config and the digest of its weights and config."""
+    folder = folder.resolve()
+    hf = read_hf_config(folder)
+    files = weight_files(folder)
+    name = model_name(folder, hf.hub_id)
+    card = {"source": "hf", "folder": str(folder), "architecture": hf.architecture, "hub_id": hf.hub_id,
+            "files": [f.name for f in files], "eos_ids": list(hf.eos_ids)}
+    digest = recipe_digest(cached_digest(folder, files, files_digest), hf.config)
+    return Recipe(name, hf.config, folder, digest, card, source="hf")
+
+
 def _known() -> str:
     """The embedded recipes' names, comma-separated (drafters, which ship beside their recipes, left out)."""
     known = sorted(p.name.removesuffix(".safetensors") for p in WEIGHTS_DIR.glob("*.safetensors")
@@ -114,6 +121,4 @@ def _shown(name: str) -> str:
 
 def _damaged(message: str) -> RecipeError:
     """A card that is there but damaged: invalid data, so a CheckpointError (commands exit 65 with it)."""
-    from met.model.hf_config import CheckpointError  # not at the top: it imports this module
-
     return CheckpointError(f"{message}; reinstall met to restore the card it ships")

@@ -6,9 +6,9 @@ from typing import NamedTuple
 import torch
 
 from met.model import recipes
-from met.model.hf_checkpoint import checkpoint_name, hf_recipe
+from met.model.hf_checkpoint import checkpoint_name
 from met.model.hf_tokenizer import HfTokenizer
-from met.model.recipes import Recipe, RecipeError
+from met.model.recipes import Recipe, RecipeError, hf_recipe
 from met.model.tokenizer import BYTES, Tokenizer
 from met.model.transformer import Transformer
 

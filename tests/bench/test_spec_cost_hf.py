@@ -9,7 +9,7 @@ from met.bench.loop_sweep import NothingTimed
 from met.bench.spec_cost_cli import calibration_path
 from met.cli import app
 from met.exit_codes import EX_DATAERR, EX_OK
-from met.model.hf_checkpoint import hf_recipe
+from met.model.recipes import hf_recipe
 from met.speculative.spec_cost import CostTable
 
 pytest.importorskip("transformers")

@@ -9,7 +9,7 @@ import torch
 from checkpoint_helpers import checkpoint, hf_greedy
 from met.engine.generate import generate
 from met.engine.runner import ModelRunner
-from met.model.hf_checkpoint import hf_recipe
+from met.model.recipes import hf_recipe
 from met.model.hf_config import CheckpointError
 from met.model.recipes import RecipeError
 from met.model.sources import load_source, resolve, tokenizer_for

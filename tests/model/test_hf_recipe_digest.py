@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from met.bench.tables_cli import tables_app
 from met.engine import identity
 from met.exit_codes import EX_CONFIG, EX_NOINPUT, EX_OK
-from met.model.hf_checkpoint import hf_recipe
+from met.model.recipes import hf_recipe
 from met.speculative.spec_cost import Cell, CostTable
 
 CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64, "hidden_size": 16,
@@ -80,7 +80,7 @@ def test_fields_met_does_not_read_and_spellings_of_one_config_keep_the_recipe(tm
 
 def test_the_digest_is_the_same_in_another_process_and_with_the_cache_cold_warm_or_unusable(tmp_path, monkeypatch):
     m = folder(tmp_path / "m")
-    code = "import sys; from pathlib import Path; from met.model.hf_checkpoint import hf_recipe; " \
+    code = "import sys; from pathlib import Path; from met.model.recipes import hf_recipe; " \
            "print(hf_recipe(Path(sys.argv[1])).id)"
     env = os.environ | {"MET_CACHE_DIR": str(tmp_path / "other-cache"), "PYTHONHASHSEED": "123"}
     there = subprocess.run([sys.executable, "-c", code, str(m)], env=env, capture_output=True, text=True, check=True)
