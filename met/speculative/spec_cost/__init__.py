@@ -22,7 +22,7 @@ from met.speculative.spec_cost.calibration import (
     PositionPrior,
 )
 from met.speculative.spec_cost.lookup import LookupBin
-from met.speculative.spec_cost.errors import KeyMismatchError, SpecCostError, TableParseError
+from met.speculative.spec_cost.errors import SpecCostError, TableParseError
 from met.speculative.spec_cost.keys import (
     ENERGY_SOURCES,
     SCHEMA,
@@ -31,6 +31,7 @@ from met.speculative.spec_cost.keys import (
     DrafterMismatch,
     EnergySourceMismatch,
     KeyMismatch,
+    KeyMismatchError,
     ModeNotMeasured,
     PlanDigestMismatch,
     RecipeMismatch,

@@ -1,13 +1,12 @@
-"""The errors spec_cost raises: a field that is not valid, and a key that does not match."""
+"""The errors spec_cost raises: the base of every refusal, and a field that is not valid.
+
+A key that does not match is refused with keys.KeyMismatchError, beside the mismatches it lists.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import math
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from met.speculative.spec_cost.keys import KeyMismatch
 
 _MAX_SHOWN = 40  # characters of a value quoted in a message; the rest is elided
 
@@ -38,14 +37,6 @@ class TableParseError(SpecCostError):
         else:
             path = f"{prefix}.{self.path}"
         return TableParseError(path, self.value, self.reason, show_value=self.show_value)
-
-
-class KeyMismatchError(SpecCostError):
-    """A table or calibration was measured under another key; `mismatches` says how."""
-
-    def __init__(self, mismatches: list[KeyMismatch]) -> None:
-        self.mismatches = mismatches
-        super().__init__("; ".join(m.message() for m in mismatches))
 
 
 def show(value: object) -> str:

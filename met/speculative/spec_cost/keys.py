@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Self
 
 from met.speculative.spec_cost import fields
-from met.speculative.spec_cost.errors import TableParseError
+from met.speculative.spec_cost.errors import SpecCostError, TableParseError
 
 SCHEMA = 1
 """Schema version of the table and calibration files; bumped when a field changes meaning."""
@@ -217,3 +217,11 @@ class DrafterMismatch(KeyMismatch):
         """What differs and what to do about it, in one line."""
         return (f"calibration fitted on drafter {self.table_value}, this serve drafts with "
                 f"{self.serve_value}; {self.remedy}")
+
+
+class KeyMismatchError(SpecCostError):
+    """A table or calibration was measured under another key; `mismatches` says how."""
+
+    def __init__(self, mismatches: list[KeyMismatch]) -> None:
+        self.mismatches = mismatches
+        super().__init__("; ".join(m.message() for m in mismatches))

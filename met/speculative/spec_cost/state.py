@@ -4,8 +4,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from met.speculative.spec_cost.calibration import AcceptanceCalibration
-from met.speculative.spec_cost.errors import KeyMismatchError
-from met.speculative.spec_cost.keys import DrafterKey, DrafterMismatch, TableKey
+from met.speculative.spec_cost.keys import DrafterKey, DrafterMismatch, KeyMismatchError, TableKey
 from met.speculative.spec_cost.plan import PlanDecision, drafting_saving, plan_depth, probe_pays
 from met.speculative.spec_cost.table import CostTable
 
