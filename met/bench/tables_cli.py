@@ -24,7 +24,8 @@ from met.exit_codes import EX_CONFIG, EX_DATAERR, EX_NOINPUT, EX_OK
 from met.path_option import nonempty_model, nonempty_path
 from met.speculative.spec_cost import AcceptanceCalibration, CostTable, DrafterMismatch, LookupBin, TableParseError
 from met.speculative.spec_cost import fields
-from met.speculative.spec_cost.plan import choose, copy_depth, estimate_depths, plan_depth
+from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools, planned_kmax
+from met.speculative.spec_cost.plan import copy_depth, estimate_depths, plan_depth
 
 tables_app = typer.Typer(help="Check and show measured cost tables.", no_args_is_help=True, rich_markup_mode=None)
 
@@ -50,6 +51,8 @@ DeviceOpt = Annotated[str | None, typer.Option(
 DtypeOpt = Annotated[str | None, typer.Option(
     "--dtype", help="Dtype the serve would run in (default: bfloat16 on cuda, float32 on cpu).", show_default=False)]
 SlackOpt = Annotated[float, typer.Option("--slack", min=0.0, max=0.99, help="--spec-cost-slack the plan is shown at.")]
+LiftOpt = Annotated[bool, typer.Option(
+    "--lift-wide-tier", help="Plan as met serve --lift-wide-tier: widths 9..=16 verify two drafts, not one.")]
 
 
 class Refusal(Exception):
@@ -228,9 +231,11 @@ def measured_ago(meta: Mapping[str, object], now: datetime | None = None) -> str
 
 
 @tables_app.command("show")
-def show(path: TableArg, calibration: CalibrationOpt = None, slack: SlackOpt = 0.1) -> None:
+def show(path: TableArg, calibration: CalibrationOpt = None, slack: SlackOpt = 0.1,
+         lift_wide_tier: LiftOpt = False) -> None:
     """Show a cost table per width: cost per depth (the verify and draft of the drafter's cells to kmax, the verify
-    of copies where measured), and with --calibration what each depth delivers.
+    of copies where measured), and with --calibration what each depth delivers and the depth met serve plans there
+    (marked; its first plan, through the same function and verify-pool clamp as the serve's).
 
     Exit statuses: 0 shown; 2 bad option; 65 (EX_DATAERR) the file (or --calibration) is invalid, or
     is a calibration where a table belongs (or the reverse); 66 (EX_NOINPUT) a file is missing.
@@ -259,10 +264,12 @@ def show(path: TableArg, calibration: CalibrationOpt = None, slack: SlackOpt = 0
             typer.echo(f"warning: the calibration was fitted on {drafted_for}'s MTP drafter and the table measured "
                        f"{key.recipe}; met serve refuses such a pair (exit 78), so these plans are no serve's",
                        err=True)
-    grids = [_lookup_table(cal), _copy_plans_table(cal, table, slack)] if cal is not None and cal.lookup else []
+    pools = VerifyPools(DEFAULT_POOLS.tiers, lift_wide_tier=lift_wide_tier)  # as met serve builds them
+    grids = [_lookup_table(cal), _copy_plans_table(cal, table, slack, pools)] if cal is not None and cal.lookup \
+        else []
     if cal is not None and cal.lookup and cal.shared_lookup:
         grids.insert(1, _lookup_table(cal, shared=True))
-    for grid in [*grids, *(_width_table(table, cal, n, slack) for n in table.widths)]:
+    for grid in [*grids, *(_width_table(table, cal, n, slack, pools) for n in table.widths)]:
         # never narrower than its figures (a pipe is 80 columns): rich would cut "0.6667" to "0.66…" or drop a column
         need = console.measure(grid, options=console.options.update_width(1 << 12)).minimum
         Console(width=max(console.width, need)).print(grid)
@@ -284,7 +291,7 @@ def _lookup_table(cal: AcceptanceCalibration, shared: bool = False) -> Table:
     return _grid(title, ["match", "copies", *(f"p{j}" for j in range(1, shown + 1))], rows)
 
 
-def _copy_plans_table(cal: AcceptanceCalibration, table: CostTable, slack: float) -> Table:
+def _copy_plans_table(cal: AcceptanceCalibration, table: CostTable, slack: float, pools: VerifyPools) -> Table:
     """At each width, the plan when every request's copy follows a match of a bin (copies as deep as the planner
     copies there: the table's verify depth and COPY_POOLS; drafts expected from the position priors)."""
     rows = []
@@ -293,10 +300,11 @@ def _copy_plans_table(cal: AcceptanceCalibration, table: CostTable, slack: float
         for n in table.widths:
             deepest = copy_depth(table, n)
             copy = cal.copy_accepted_by_depth(b.min_match, deepest, deepest)
-            plans.append(plan_depth(table, cal, n, None, slack, copies=[copy] * n, copy_kmax=deepest))
+            plans.append(plan_depth(table, cal, n, None, slack, kmax=_kmax(table, n, pools), copies=[copy] * n,
+                                    copy_kmax=deepest))
         rows.append([_match(b), *(f"copy k={d.k}" if d.source == "lookup" else f"k={d.k}" for d in plans)])
     title = (f"plan when every request's copy follows such a match (slack {slack:g}; copies as deep as the "
-             "planner's, drafts before the verify pools' clamp)")
+             "planner's, drafts within the verify pools, as a serve's)")
     return _grid(title, ["match", *(f"n = {n}" for n in table.widths)], rows)
 
 
@@ -315,7 +323,14 @@ def _grid(title: str, headers: list[str], rows: list[list[str]]) -> Table:
     return grid
 
 
-def _width_table(table: CostTable, cal: AcceptanceCalibration | None, n: int, slack: float) -> Table:
+def _kmax(table: CostTable, n: int, pools: VerifyPools) -> int:
+    """The deepest a serve plans at width n (planned_kmax, as its policy takes it); the drafter is taken to draft as
+    deep as the table measured, as the embedded recipe's does."""
+    return planned_kmax(n, table.kmax, table.kmax, pools)
+
+
+def _width_table(table: CostTable, cal: AcceptanceCalibration | None, n: int, slack: float,
+                 pools: VerifyPools = DEFAULT_POOLS) -> Table:
     """One width's rows: seconds in ms, joules as measured, and what each depth delivers; beside them the verify of
     copies where the table measured it (past kmax, alone: nothing drafted there, nothing planned).
 
@@ -331,7 +346,9 @@ def _width_table(table: CostTable, cal: AcceptanceCalibration | None, n: int, sl
     if cal is not None:
         headers += ["E tokens", "tok/s"] + (["tok/J"] if table.has_energy else []) + ["plan"]
     estimates = estimate_depths(table, cal, n, None) if cal is not None else []
-    chosen = choose(estimates, slack).k if estimates else None
+    kmax = _kmax(table, n, pools)
+    # the serve's plan, clamps included (its banner's first plan: SpecCostState.plan at the policy's kmax)
+    chosen = plan_depth(table, cal, n, None, slack, kmax=kmax).k if cal is not None else None
     rows = []
     for k in range(deepest + 1):
         cell, copy = table.cell(n, k) if k <= table.kmax else None, copies.get(k)
@@ -350,4 +367,6 @@ def _width_table(table: CostTable, cal: AcceptanceCalibration | None, n: int, sl
             row.append("◀" if k == chosen else "")
         rows.append(row + ["-"] * (len(headers) - len(row)))
     title = f"width n = {n}" + (f", copies priced to k = {deepest}" if copies else "")
+    if cal is not None and kmax < table.kmax:  # the rows past it are what the pool forgoes, never planned
+        title += f"; the verify pool holds k <= {kmax}"
     return _grid(title, headers, rows)

@@ -64,7 +64,7 @@ from met.engine.runner import Draft, ModelRunner, Replan
 from met.speculative.adaptive_rung import AdaptiveRung
 from met.speculative.ladder import mtp_ladder_drafts
 from met.speculative.mtp_gate import MtpGate, Mode
-from met.speculative.spec_capacity import COPY_POOLS, VerifyPools
+from met.speculative.spec_capacity import COPY_POOLS, VerifyPools, planned_kmax
 from met.speculative.spec_cost import SpecCostState
 from met.speculative.spec_cost.lookup import LOOKUP_MAX_NGRAM
 from met.speculative.spec_cost.plan import copy_depth
@@ -137,7 +137,7 @@ class MtpPlannedPolicy:
 
     def kmax(self, width: int) -> int:
         """The deepest a step of this width plans: the table's, the model's MTP depth and the verify pool, the least."""
-        return min(self.state.table.kmax, self.num_drafts, self.pools.max_drafts(width))
+        return planned_kmax(width, self.state.table.kmax, self.num_drafts, self.pools)
 
     def copy_kmax(self, width: int) -> int:
         """The deepest a step of this width copies (plan.copy_depth: the table's verify depth and the copy pool)."""

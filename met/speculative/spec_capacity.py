@@ -62,6 +62,12 @@ def slot_capacity(width: int, current_len: int, max_len: int, pools: VerifyPools
     return min(kv_room(current_len, max_len), pools.max_drafts(width))
 
 
+def planned_kmax(width: int, table_kmax: int, num_drafts: int, pools: VerifyPools = DEFAULT_POOLS) -> int:
+    """The deepest the measured planner drafts at `width`: the table's kmax, the drafter's depth and the width's
+    verify pool, the least (the serve plans under it, and `met tables show` marks its plan under it too)."""
+    return min(table_kmax, num_drafts, pools.max_drafts(width))
+
+
 def serial_arm(drafts: int, arms: frozenset[int] = SERIAL_VERIFY_ARMS) -> int:
     """The largest supported serial verify arm <= drafts, or 0 (plain decode) if none fits."""
     return max((a for a in arms if 0 < a <= drafts), default=0)

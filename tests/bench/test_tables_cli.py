@@ -412,3 +412,42 @@ def test_show_plans_copies_past_kmax_where_the_table_has_verify_cells_there(tmp_
     # width 1 copies 2 deep (1 + 0.95 + 0.9025 tokens for the verify cell's 2.0 J); width 8 has no verify cells: 1
     plans = result.stdout.split("plan when every request's copy")[1]
     assert re.search(r"1-12\s+copy k=2\s+copy k=1 *\n", plans), plans
+
+
+def _marked_depths(stdout: str) -> dict[int, int]:
+    """Each width's marked depth in `met tables show` output: {n: k}."""
+    marked, width = {}, None
+    for line in stdout.splitlines():
+        if m := re.match(r"width n = (\d+)", line):
+            width = int(m.group(1))
+        elif "◀" in line and width is not None:
+            marked[width] = int(line.split()[0])
+    return marked
+
+
+@pytest.mark.parametrize("lift", [False, True])
+def test_show_marks_the_depth_the_serve_plans_with_the_verify_pools_clamp(lift):
+    # The AMD table's best depth at width 16 is k = 3, but the default pools verify one draft at widths
+    # 9..=16: the serve plans k = 0 there, and show must mark what the serve plans, not the unclamped best.
+    from pathlib import Path
+
+    from met.engine.policy_mtp import MtpPlannedPolicy
+    from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
+    from met.speculative.spec_cost import SpecCostState
+
+    pools = VerifyPools(DEFAULT_POOLS.tiers, lift_wide_tier=lift)
+    shipped = sorted((Path(__file__).parents[2] / "tables").glob("*/met-tiny-py.toml"))
+    assert shipped
+    for path in shipped:
+        cal_path = path.with_name("met-tiny-py.calibration.toml")
+        table, cal = CostTable.parse(path.read_text()), AcceptanceCalibration.parse(cal_path.read_text())
+        state = SpecCostState(table, cal, 0.1, table.key, cal.drafter)
+        policy = MtpPlannedPolicy(state, table.kmax, pools)  # the serve's policy, as met serve builds it
+        serve = {n: state.plan(n, kmax=policy.kmax(n)).k for n in table.widths}  # its banner's plans
+        args = ["show", str(path), "--calibration", str(cal_path)] + (["--lift-wide-tier"] if lift else [])
+        result = tables(*args)
+        assert result.exit_code == EX_OK, result.output
+        assert _marked_depths(result.stdout) == serve, path
+    amd = Path(__file__).parents[2] / "tables/cpu-amd-epyc-1t/met-tiny-py.toml"
+    out = tables("show", str(amd), "--calibration", str(amd.with_name("met-tiny-py.calibration.toml")))
+    assert _marked_depths(out.stdout)[16] == 0 and "the verify pool holds k <= 1" in out.stdout
