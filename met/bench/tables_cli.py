@@ -5,7 +5,8 @@ under this box's key, 65 (EX_DATAERR) when it is not valid (not UTF-8, not TOML,
 invalid: one line naming the field path and its value), 66 (EX_NOINPUT) when it does not exist
 or cannot be read (or the recipe to compare with has no weights here), and 78 (EX_CONFIG) when
 its key is not this box's and recipe's (every mismatch listed); `--no-key` checks the file alone.
-PATH may be a folder: every *.toml under it is checked, and the status is the first failure's.
+PATH may be a folder: every *.toml under it is checked, and the status is the first failure's;
+`--this-box tables/` checks only tables/<this box's class>/, the folder a cron job on this box keeps.
 """
 
 import tomllib
@@ -49,7 +50,11 @@ BoxClassOpt = Annotated[str | None, typer.Option(
 DeviceOpt = Annotated[str | None, typer.Option(
     "--device", help="Device the serve would run on (default: cuda if available, else cpu).", show_default=False)]
 DtypeOpt = Annotated[str | None, typer.Option(
-    "--dtype", help="Dtype the serve would run in (default: bfloat16 on cuda, float32 on cpu).", show_default=False)]
+    "--dtype", help="Dtype the serve would run in (default: the table's own, as its [meta] records it; else bfloat16 "
+    "on cuda, float32 on cpu).", show_default=False)]
+ThisBoxOpt = Annotated[bool, typer.Option(
+    "--this-box", help="PATH is a folder of box classes' folders (as tables/): check only this box's, "
+    "PATH/<box class> (--box-class, else derived), not the tables of other boxes beside it.")]
 SlackOpt = Annotated[float, typer.Option("--slack", min=0.0, max=0.99, help="--spec-cost-slack the plan is shown at.")]
 LiftOpt = Annotated[bool, typer.Option(
     "--lift-wide-tier", help="Plan as met serve --lift-wide-tier: widths 9..=16 verify two drafts, not one.")]
@@ -100,14 +105,21 @@ def _refuse(exc: Refusal) -> typer.Exit:
 
 @tables_app.command("check")
 def check(path: FileArg, no_key: NoKeyOpt = False, recipe: RecipeOpt = DEFAULT_RECIPE, box_class: BoxClassOpt = None,
-          device: DeviceOpt = None, dtype: DtypeOpt = None) -> None:
+          device: DeviceOpt = None, dtype: DtypeOpt = None, this_box: ThisBoxOpt = False) -> None:
     """Validate a cost table or calibration and compare its key with this box and recipe.
 
     Exit 0 valid and measured under this key, 65 invalid (naming the field), 66 unreadable,
     78 measured under another key (every mismatch listed; --no-key skips the comparison).
     A folder: every *.toml under it (hidden files aside) is checked and reported, one after the
     other; the status is the first failure's in path order (66 when it holds no *.toml at all).
+    --this-box: only PATH/<this box's class> is checked (66 when there is no such folder), so
+    `met tables check --this-box tables/` suits a weekly cron job on every box class.
     """
+    if this_box:
+        try:
+            path = this_box_folder(path, box_class, device)
+        except Refusal as exc:
+            raise _refuse(exc) from None
     if not path.is_dir():
         raise typer.Exit(_check_one(path, no_key, recipe, box_class, device, dtype))
     files = sorted(f for f in path.rglob("*.toml") if not f.name.startswith(".") and not f.is_dir())
@@ -117,6 +129,27 @@ def check(path: FileArg, no_key: NoKeyOpt = False, recipe: RecipeOpt = DEFAULT_R
     failed = [c for c in codes if c != EX_OK]
     typer.echo(f"{path}: {len(files) - len(failed)} of {len(files)} files pass")
     raise typer.Exit(failed[0] if failed else EX_OK)
+
+
+def this_box_folder(root: Path, box_class: str | None, device: str | None) -> Path:
+    """root/<this box's class>: the folder of tables measured on this class of box; Refusal 66 if there is none."""
+    from met.engine import identity  # the derived class reads the device and CPU model through torch
+
+    if not root.is_dir():
+        raise Refusal(EX_NOINPUT, f"{root}: --this-box takes a folder of box classes' folders (e.g. tables/), and "
+                      "this is no folder")
+    try:
+        settings = identity.resolve_run(device, None, set_threads=False)
+        box = identity.box_class(settings.device, box_class, settings.threads)
+    except (RuntimeError, ValueError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+    folder = root / box
+    if not folder.is_dir():
+        others = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+        held = f" (it holds {', '.join(others)})" if others else ""
+        raise Refusal(EX_NOINPUT, f"{root}: no folder for this box's class '{box}'{held}; measure its table with "
+                      "met bench spec-cost here, or pass --box-class if this box was measured under another name")
+    return folder
 
 
 def _check_one(path: Path, no_key: bool, recipe: str, box_class: str | None, device: str | None,
@@ -178,7 +211,9 @@ def key_mismatches(parsed: CostTable | AcceptanceCalibration, recipe: str, box_c
             return []
         return [DrafterMismatch("drafter", parsed.drafter, mine).message()]
     try:
-        settings = identity.resolve_run(device, dtype, set_threads=False)
+        measured_in = parsed.meta.get("dtype")  # a float32 table on a GPU is for a serve run with --dtype float32
+        settings = identity.resolve_run(device, dtype or (measured_in if isinstance(measured_in, str) else None),
+                                        set_threads=False)
         modes = [m for m in parsed.key.modes if m in identity.KNOWN_MODES]
         drafter = _dflash_config(found, settings) if "draft_dflash" in modes else None
         mine_key = identity.serve_table_key(found.id, found.config, settings, parsed.key.energy_source,

@@ -253,7 +253,8 @@ def test_what_is_at_out_decides_whether_it_may_be_replaced(use_micro, tmp_path):
     link.symlink_to(tmp_path / "real" / "t.toml")
     assert met("bench", "spec-cost", *FAST, "--quiet", "--out", str(link)).exit_code == EX_OK
     assert link.is_symlink() and CostTable.parse((tmp_path / "real" / "t.toml").read_text())
-    assert (tmp_path / "link.calibration.toml").exists()  # where a reader of link.toml looks for it
+    assert (tmp_path / "real" / "t.calibration.toml").exists()  # beside the table, where met serve looks for it
+    assert not (tmp_path / "link.calibration.toml").exists()
 
 
 def test_energy_nvml_unavailable_exits_69_with_the_reason(use_micro, tmp_path):
@@ -375,3 +376,34 @@ def test_ctrl_c_is_exit_130_in_one_line_and_the_files_stay_whole(use_micro, tmp_
     assert result.stderr == (f"error: interrupted: {out} and its calibration are each whole, as they were or as "
                              "this run wrote them\n")
     assert (out.read_bytes(), calibration_path(out).read_bytes()) == before
+
+
+def test_tables_check_this_box_checks_only_this_box_classs_folder(quick_run, use_micro, tmp_path):
+    # tables/ as committed: this box's folder beside another box class's. A check of the whole folder exits 78
+    # on every box (the other box's table is not this box's); --this-box checks this box's folder alone.
+    _, out = quick_run
+    box = CostTable.parse(out.read_text()).key.box_class
+    mine, other = tmp_path / "tables" / box, tmp_path / "tables" / "nvidia-h200x1"
+    mine.mkdir(parents=True)
+    other.mkdir()
+    (mine / "micro-random.toml").write_text(out.read_text())
+    (mine / "micro-random.calibration.toml").write_text(calibration_path(out).read_text())
+    (other / "micro-random.toml").write_text(out.read_text().replace(f'"{box}"', '"nvidia-h200x1"'))
+    assert met("tables", "check", str(tmp_path / "tables")).exit_code == EX_CONFIG
+    result = met("tables", "check", "--this-box", str(tmp_path / "tables"))
+    assert result.exit_code == EX_OK, result.output
+    assert f"{mine}: 2 of 2 files pass" in result.stdout and "nvidia-h200x1" not in result.output
+    # a box class with no folder there: 66, naming the class and the folders there are
+    result = met("tables", "check", "--this-box", "--box-class", "cpu-other-1t", str(tmp_path / "tables"))
+    assert result.exit_code == EX_NOINPUT
+    assert f"no folder for this box's class 'cpu-other-1t' (it holds {box}, nvidia-h200x1)" in result.stderr
+
+
+def test_tables_check_compares_a_table_under_the_dtype_it_was_measured_in(quick_run, use_micro, tmp_path):
+    # A table measured in float64 is for a serve run with --dtype float64: checked as such unless --dtype says else.
+    _, out = quick_run
+    measured = tmp_path / "t.float64.toml"
+    assert met("bench", "spec-cost", *FAST, "--no-calibrate", "--dtype", "float64", "--out",
+               str(measured)).exit_code == EX_OK
+    assert met("tables", "check", str(measured)).exit_code == EX_OK
+    assert met("tables", "check", "--dtype", "float32", str(measured)).exit_code == EX_CONFIG
