@@ -140,9 +140,7 @@ class Watched:
     def __init__(self, policy: Policy, state: TimedState | None = None) -> None:
         self.policy = policy
         self.name = policy.name  # the scheduler wires host drafting by name
-        self.min_ngram = getattr(policy, "min_ngram", 1)  # and its proposers' shortest match
-        self.copy_ngram = getattr(policy, "copy_ngram", 0)  # and indexes histories for a planner that copies
-        self.shared_ngram = getattr(policy, "shared_ngram", 0)  # and other requests' for one that copies those
+        self.copies = policy.copies  # and indexes histories (and other requests') for a policy that copies
         self.state = state  # the measured planner's state, to time its replans (None: not the planner)
         self.seconds: Counter[str] = Counter()  # plan, draft, replans (in draft)
         self.steps: list[PlannedStep] = []

@@ -38,7 +38,7 @@ class _Previous:
     """Passes every call to the policy it wraps; notes each full-depth sequence-step and its previous first draft."""
 
     def __init__(self, policy, depth: int) -> None:
-        self.policy, self.name, self.depth = policy, policy.name, depth
+        self.policy, self.name, self.copies, self.depth = policy, policy.name, policy.copies, depth
         self.rows: list[tuple[float | None, int]] = []  # (previous first-draft log-prob, drafts accepted)
         self._previous: list[float | None] = []
 

@@ -47,7 +47,7 @@ class _Behind:
     """Passes every call to the policy it wraps; notes how far behind the MTP block is at each plan."""
 
     def __init__(self, policy) -> None:
-        self.policy, self.name, self.rows = policy, policy.name, []
+        self.policy, self.name, self.copies, self.rows = policy, policy.name, policy.copies, []
 
     def plan(self, runner: ModelRunner, seqs):
         self.rows.append(max(runner.mtp_behind(s.slot) for s in seqs))

@@ -154,9 +154,7 @@ class _Recorder:
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
         self.name = policy.name  # the scheduler wires host drafting by name
-        self.min_ngram = getattr(policy, "min_ngram", 1)  # and its proposers' shortest match
-        self.copy_ngram = getattr(policy, "copy_ngram", 0)  # and indexes histories for a planner that copies
-        self.shared_ngram = getattr(policy, "shared_ngram", 0)  # and other requests' for one that copies those
+        self.copies = policy.copies  # and indexes histories (and other requests') for a policy that copies
         self.shapes: Counter = Counter()
         self.seen: dict[str, SeqState] = {}
         self.tokens = 0  # emitted by steps, as clients get them: none past EOS, a stop string or max_tokens

@@ -3,7 +3,8 @@
 A policy plans a step for the running sequences (mode, depth before clamps, why), drafts, and
 observes the outcome. Every policy's depth goes through `clamp_depths`: the verify pools of the
 width tier and each slot's KV room (spec_capacity), and the request's remaining tokens (a draft
-past max_tokens could never be emitted).
+past max_tokens could never be emitted). A policy declares what the scheduler must index for its
+copies (CopySettings), so that a policy wrapping another passes them on as it passes on its name.
 """
 
 from collections.abc import Sequence
@@ -31,6 +32,31 @@ class StepPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class CopySettings:
+    """What the scheduler indexes for a policy's copies: each request's own history and the shared lookup cache.
+
+    A host-drafting policy (--spec ngram | prompt-lookup) sets min_ngram; a model-drafting policy
+    that weighs copies against its drafts (the measured planner, fixed copies) sets copy_ngram, and
+    shared_ngram where it copies from the tenant's other requests too. The default copies nothing.
+    """
+
+    min_ngram: int = 1  # host drafting: the shortest suffix match that proposes, own history and shared cache alike
+    copy_ngram: int = 0  # copies beside model drafts: index each history for suffixes of 1..copy_ngram tokens (0: none)
+    shared_ngram: int = 0  # and the shared cache for matches up to this long from other requests (0: none)
+
+    def __post_init__(self) -> None:
+        if self.min_ngram < 1:
+            raise ValueError(f"min_ngram {self.min_ngram} must be at least 1")
+        if self.copy_ngram < 0 or self.shared_ngram < 0:
+            raise ValueError(f"copy_ngram {self.copy_ngram} and shared_ngram {self.shared_ngram} must be at least 0")
+        if self.shared_ngram and not self.copy_ngram:
+            raise ValueError("shared_ngram needs copy_ngram: copies from other requests are weighed beside own copies")
+
+
+NO_COPIES = CopySettings()
+
+
+@dataclass(frozen=True, slots=True)
 class Outcome:
     """What one sequence got from the step: drafts verified, accepted, and tokens emitted (bonus included)."""
 
@@ -42,7 +68,8 @@ class Outcome:
 class Policy(Protocol):
     """A drafting policy: plan a step, draft for it, observe its outcome."""
 
-    name: str
+    name: str  # "off", "mtp", "ngram", ...: the scheduler gives host modes (proposer.HOST_MODES) host proposers
+    copies: CopySettings  # what the scheduler indexes for this policy's copies (NO_COPIES: nothing)
 
     def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan: ...
 
@@ -108,6 +135,7 @@ class PlainPolicy:
     """--spec off: one token per sequence per step, no drafts."""
 
     name = "off"
+    copies = NO_COPIES
 
     def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
         return StepPlan("plain", 0, (0,) * len(seqs), "spec off")

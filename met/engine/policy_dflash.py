@@ -12,7 +12,7 @@ drafter (met/model/dflash.py).
 from collections.abc import Sequence
 from typing import Protocol
 
-from met.engine.policy_base import Outcome, StepPlan, clamp_depths, drafting, joined
+from met.engine.policy_base import NO_COPIES, Outcome, StepPlan, clamp_depths, drafting, joined
 from met.engine.requests import SeqState
 from met.engine.runner import Draft, ModelRunner
 from met.speculative.dflash_rung import DflashRung, verify_pools
@@ -41,6 +41,7 @@ class DflashPolicy:
     """rung gamma -> clamp -> one block draft -> verify; the rung observes single-stream acceptance."""
 
     name = "dflash"
+    copies = NO_COPIES
 
     def __init__(self, drafter: BlockDrafter, pools: VerifyPools | None = None, rung: DflashRung | None = None):
         self.drafter = drafter

@@ -12,7 +12,7 @@ weighs it), cycled, else its last tokens: what verifying copies that deep costs 
 
 from collections.abc import Sequence
 
-from met.engine.policy_base import Outcome, StepPlan, clamp_depths, drafting, joined
+from met.engine.policy_base import CopySettings, Outcome, StepPlan, clamp_depths, drafting, joined
 from met.engine.proposer import Proposer
 from met.engine.requests import SeqState
 from met.engine.runner import Draft, ModelRunner
@@ -27,7 +27,7 @@ class LookupPolicy:
         self.name = spec
         self.depth = depth
         self.pools = pools
-        self.min_ngram = min_ngram  # the shortest own-history match that proposes (the scheduler's Proposers)
+        self.copies = CopySettings(min_ngram=min_ngram)  # the shortest match that proposes (the scheduler's Proposers)
 
     def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
         depths, clamp = clamp_depths(self.depth, runner, seqs, self.pools)
@@ -60,7 +60,7 @@ class CopyFixedPolicy:
         self.name = f"copy/fixed-{depth}"  # not a host mode: the scheduler gives it Proposers over an index
         self.depth = depth
         self.pools = pools
-        self.copy_ngram = LOOKUP_MAX_NGRAM  # the scheduler indexes histories, as for the measured planner's copies
+        self.copies = CopySettings(copy_ngram=LOOKUP_MAX_NGRAM)  # histories indexed, as for the planner's copies
 
     def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
         depths, clamp = clamp_depths(self.depth, runner, seqs, self.pools)

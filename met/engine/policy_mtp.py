@@ -58,7 +58,8 @@ still applies, so the default pools verify one draft at widths 9..=16 whatever k
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from met.engine.policy_base import Outcome, Rooms, StepPlan, clamp_depths, drafting, joined
+from met.engine.policy_base import (NO_COPIES, CopySettings, Outcome, Rooms, StepPlan, clamp_depths, drafting,
+                                   joined)
 from met.engine.requests import SeqState
 from met.engine.runner import Draft, ModelRunner, Replan
 from met.speculative.adaptive_rung import AdaptiveRung
@@ -81,6 +82,7 @@ class MtpLadderPolicy:
     """--spec mtp, static cost model: gate -> ladder + adaptive rung -> clamp."""
 
     name = "mtp"
+    copies = NO_COPIES
 
     def __init__(self, num_drafts: int, pools: VerifyPools, environ: Mapping[str, str]):
         self.num_drafts = num_drafts  # the model's MTP depth
@@ -129,9 +131,11 @@ class MtpPlannedPolicy:
         self.plain_steps = 0  # plain steps in a row
         self.probe_after = PROBE_AFTER  # plain steps in a row before the next probe
         self.probing = False  # the step being planned drafts to refresh the confidences
-        self.copy_ngram = LOOKUP_MAX_NGRAM if state.calibration.lookup else 0  # the scheduler indexes histories
-        # and other requests' tokens, in the shared lookup cache, where the calibration prices copies from there
-        self.shared_ngram = LOOKUP_MAX_NGRAM if self.copy_ngram and state.calibration.shared_lookup else 0
+        copying = bool(state.calibration.lookup)  # the scheduler indexes histories where the calibration prices copies
+        # and other requests' tokens, in the shared lookup cache, where it prices copies from there
+        shared = copying and bool(state.calibration.shared_lookup)
+        self.copies = CopySettings(copy_ngram=LOOKUP_MAX_NGRAM if copying else 0,
+                                   shared_ngram=LOOKUP_MAX_NGRAM if shared else 0)
         self._copies: list[list[int]] = []  # the copies the last plan weighed, one per sequence
         self._shared: list[bool] = []  # whether each of them came from the shared lookup cache
 
@@ -151,7 +155,7 @@ class MtpPlannedPolicy:
         # a sequence the clamps leave no draft (its last token, no KV room) is not caught up: 0 rows to price
         behind = [runner.mtp_behind(s.slot) if r else 0 for s, r in zip(seqs, room)]
         copies, copy_kmax = None, 0
-        if self.copy_ngram and kmax:
+        if self.copies.copy_ngram and kmax:
             copy_kmax = self.copy_kmax(width)
             copy_room = rooms.clamp(copy_kmax, COPY_POOLS)[0] if copy_kmax > kmax else room
             copies = self._weigh_copies(seqs, copy_room, copy_kmax)
@@ -195,7 +199,7 @@ class MtpPlannedPolicy:
         self._copies, self._shared, weighed = [], [], []
         for s, r in zip(seqs, room):
             n, copy = s.proposer.matched_copy(r) if r else (0, [])
-            shared_n, shared = s.proposer.shared_copy(r, n) if r and self.shared_ngram else (0, [])
+            shared_n, shared = s.proposer.shared_copy(r, n) if r and self.copies.shared_ngram else (0, [])
             if shared:
                 n, copy = shared_n, shared
             self._copies.append(copy)
@@ -235,6 +239,7 @@ class MtpFixedPolicy:
         if not 1 <= depth <= num_drafts:
             raise ValueError(f"fixed depth {depth} is outside the model's MTP depths 1..={num_drafts}")
         self.name = f"mtp/fixed-{depth}"
+        self.copies = NO_COPIES
         self.depth = depth
         self.pools = pools
 

@@ -61,8 +61,8 @@ class Scheduler:
         self.policy = policy
         self.model_id = model_id  # the shared-lookup scope's model: recipe name@digest
         # a host-drafting policy's shortest match (--lookup-min-ngram) holds for copies from other requests too
-        self.min_ngram = getattr(policy, "min_ngram", 1)
-        self.shared_ngram = getattr(policy, "shared_ngram", 0)  # a planner that weighs other requests' copies too
+        self.min_ngram = policy.copies.min_ngram
+        self.shared_ngram = policy.copies.shared_ngram  # a planner that weighs other requests' copies too
         lowest = max(SharedLookupParams().min_ngram, self.min_ngram)
         cross = shared_copy_params(None, lowest, self.shared_ngram) if self.shared_ngram else \
             SharedLookupParams(min_ngram=lowest)
@@ -72,7 +72,7 @@ class Scheduler:
         self.counters = TickCounters()
         self.cell = SnapshotCell()
         self.host_drafts = policy.name in HOST_MODES
-        self.copy_ngram = getattr(policy, "copy_ngram", 0)  # a policy that weighs copies: the longest match
+        self.copy_ngram = policy.copies.copy_ngram  # a policy that weighs copies: the longest match
         self.waiting: deque[tuple[Request, Sink]] = deque()
         self.running: list[SeqState] = []
         self.free_slots = list(range(runner.cache.max_batch))  # a heap: the lowest free slot is taken first

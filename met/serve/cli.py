@@ -219,7 +219,7 @@ def _banner(service: Service, recipe_id: str, host: str, port: int, settings: Ru
         widths = sorted({1, sched.runner.cache.max_batch})
         plans = "; ".join(f"width {n}: {cost_state.plan(n, kmax=sched.policy.kmax(n)).why}" for n in widths)
         when = measured_ago(cost_state.table.meta)
-        others = " and from the tenant's other requests" if sched.policy.shared_ngram else ""
+        others = " and from the tenant's other requests" if sched.policy.copies.shared_ngram else ""
         copies = (f"weighing copies from each history{others} (the calibration's prompt-lookup bins; up to "
                   f"{sched.policy.copy_kmax(1)} deep at width 1)" if cost_state.calibration.lookup
                   else "MTP drafts only (the calibration has no prompt-lookup bins)")

@@ -40,7 +40,7 @@ def _rows(report: str, section: str) -> list[dict[str, str]]:
 def test_main_reports_phases_per_policy_and_the_planners_steps(script, monkeypatch, micro_recipe, tmp_path, capsys):
     # the micro recipe, 2 prompts x 24 tokens at concurrency 2, a table and a calibration whose lookup bins
     # trust copies: rows for both policies and their difference. The seeded model's text recurs within 24
-    # tokens, so the planner copies in some steps: only if the policy's wrapper passes copy_ngram on to the
+    # tokens, so the planner copies in some steps: only if the policy's wrapper passes its copies on to the
     # scheduler, which then indexes the histories
     monkeypatch.setattr(script, "embedded", lambda name: micro_recipe)
     monkeypatch.setattr(pol, "heldout_code", lambda count, offset, size: ["abcdabcdabcdabcd" * 2, "xyzxyzxyzxyzxyz"])

@@ -392,7 +392,7 @@ def _copying_seqs(n: int) -> list[SeqState]:
 
 def test_measured_planner_copies_from_the_history_when_the_calibration_says_copies_hold():
     p = MtpPlannedPolicy(_copying_state(0.99), 4, DEFAULT_POOLS)
-    assert p.copy_ngram == LOOKUP_MAX_NGRAM
+    assert p.copies.copy_ngram == LOOKUP_MAX_NGRAM
     seqs = _copying_seqs(2)
     plan = p.plan(_runner(), seqs)
     assert plan.mode == "lookup" and plan.decision.source == "lookup" and plan.depths == (4, 4)
@@ -404,7 +404,7 @@ def test_measured_planner_copies_from_the_history_when_the_calibration_says_copi
     assert q.plan(_runner(), _copying_seqs(2)).mode == "mtp"
     # a calibration without lookup bins never weighs copies, and asks the scheduler for no index
     bare = MtpPlannedPolicy(_state(), 4, DEFAULT_POOLS)
-    assert bare.copy_ngram == 0 and bare.plan(_runner(), _copying_seqs(2)).mode == "mtp"
+    assert bare.copies.copy_ngram == 0 and bare.plan(_runner(), _copying_seqs(2)).mode == "mtp"
 
 
 def test_measured_planner_copies_from_other_requests_where_their_match_is_longer_and_their_bins_say_it_holds():
@@ -412,7 +412,7 @@ def test_measured_planner_copies_from_other_requests_where_their_match_is_longer
     shared_bins = [LookupBin(2, LOOKUP_MAX_NGRAM, (0.99,) * 4, (500, 400, 300, 200))]
     p = MtpPlannedPolicy(SpecCostState(state.table, replace(state.calibration, shared_lookup=shared_bins),
                                        state.slack, state.serve_key, state.serve_drafter), 4, DEFAULT_POOLS)
-    assert p.shared_ngram == LOOKUP_MAX_NGRAM  # the scheduler indexes finished requests up to 12 tokens
+    assert p.copies.shared_ngram == LOOKUP_MAX_NGRAM  # the scheduler indexes finished requests up to 12 tokens
     asked = []
 
     def cache(history, k, longer_than):  # another request held 9 5 6 then 1 2 3 4: the match (9, 5, 6) is 3 long
@@ -427,7 +427,7 @@ def test_measured_planner_copies_from_other_requests_where_their_match_is_longer
     assert plan.why.startswith("copy k=4") and plan.why.endswith(", 1 from other requests")
     assert p.draft(_runner(), seqs, plan)[0].tokens == [1, 2, 3, 4]
     # without shared bins the planner never asks the cache, and copies its own (weak) copy or drafts
-    assert MtpPlannedPolicy(state, 4, DEFAULT_POOLS).shared_ngram == 0
+    assert MtpPlannedPolicy(state, 4, DEFAULT_POOLS).copies.shared_ngram == 0
 
 
 def _deep_copying_state(rate: float) -> SpecCostState:

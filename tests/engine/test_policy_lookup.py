@@ -23,6 +23,6 @@ def test_without_a_match_the_copy_is_the_historys_last_tokens_cycled():
 
 def test_copy_fixed_policy_asks_the_scheduler_for_indexed_histories_and_refuses_depth_zero():
     policy = CopyFixedPolicy(6, VerifyPools())
-    assert policy.copy_ngram > 0 and policy.name == "copy/fixed-6"
+    assert policy.copies.copy_ngram > 0 and policy.name == "copy/fixed-6"
     with pytest.raises(ValueError, match="at least 1"):
         CopyFixedPolicy(0, VerifyPools())

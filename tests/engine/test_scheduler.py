@@ -379,3 +379,51 @@ def test_queued_counts_requests_not_the_inboxs_cancels_and_wake_ups(model):
     sched.submit(Request("b", (97, 98), 4), QueueSink())
     sched._publish(None)
     assert sched.cell.latest().queued == 1
+
+
+class _Wrapped:
+    """A policy around another, as a recorder or a timer is: it passes on exactly what Policy declares."""
+
+    def __init__(self, policy) -> None:
+        from met.engine.policy_base import Policy
+
+        self.policy = policy
+        for member in Policy.__annotations__:  # the interface's settings: name, and what it copies from
+            setattr(self, member, getattr(policy, member))
+
+    def plan(self, runner, seqs):
+        return self.policy.plan(runner, seqs)
+
+    def draft(self, runner, seqs, plan):
+        return self.policy.draft(runner, seqs, plan)
+
+    def observe(self, plan, outcomes, seconds):
+        self.policy.observe(plan, outcomes, seconds)
+
+
+def test_a_wrapped_policy_copies_as_the_policy_it_wraps(model):
+    # the scheduler read min_ngram, copy_ngram and shared_ngram off the policy with getattr: a wrapper that
+    # passed on what Policy declared lost them, and the planner it wrapped never saw a copy
+    from met.engine.policy_mtp import MtpPlannedPolicy
+    from met.speculative.spec_capacity import DEFAULT_POOLS
+    from met.speculative.spec_cost import (AcceptanceCalibration, Cell, CostTable, DrafterKey, LookupBin,
+                                           PositionPrior, SpecCostState, TableKey)
+
+    key = TableKey("box", "r@d", "none", {"decode": "a", "verify": "b", "draft_mtp": "c"})
+    cells = [Cell(n, k, 0.01 * (1 + 0.1 * k), 0.0002 * k * n) for n in (1, 2) for k in range(3)]
+    drafter = DrafterKey("mtp", "r", "d")
+    cal = AcceptanceCalibration(drafter, 0.6, 1000, (), [PositionPrior(1, 0.6, 1000)],
+                                lookup=[LookupBin(1, 12, (0.9, 0.9), (1000, 900))],
+                                shared_lookup=[LookupBin(2, 12, (0.9, 0.9), (1000, 900))])
+    planner = MtpPlannedPolicy(SpecCostState(CostTable(key, cells), cal, 0.1, key, drafter), model.cfg.mtp_depth,
+                               DEFAULT_POOLS)
+    lookup = build_policy(PolicyConfig("prompt-lookup", lookup_min_ngram=3), model.cfg.mtp_depth)
+    for policy in (planner, _Wrapped(planner)):
+        sched = Scheduler(ModelRunner(model, 2), policy, "micro@t")
+        assert (sched.shared.params.min_ngram, sched.shared.params.max_ngram) == (2, 12)  # other requests' copies
+        own = sched._proposer(Request("a", (5, 6, 7, 5, 6), 4))
+        assert own.matched_copy(2) == (2, [7, 5])  # "5 6" recurs: the history is indexed for copies
+    for policy in (lookup, _Wrapped(lookup)):
+        sched = Scheduler(ModelRunner(model, 2), policy, "micro@t")
+        assert sched._proposer(Request("a", (5, 6, 7, 5, 6), 4)).host_draft(2).tokens == []  # 2 < min n-gram 3
+        assert sched._proposer(Request("a", (5, 6, 7, 5, 6, 7), 4)).host_draft(2).tokens == [5, 6]
