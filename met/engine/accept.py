@@ -44,12 +44,24 @@ def speculative_accept(drafts: list[int], q: torch.Tensor | None, p: torch.Tenso
     return len(drafts), int(torch.multinomial(p[len(drafts)], 1, generator=generator))
 
 
-def target_distribution(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    """Probabilities [..., V] from logits under temperature and nucleus (top-p) truncation."""
+def target_distribution(logits: torch.Tensor, temperature: float, top_p: float, top_k: int = 0,
+                        min_p: float = 0.0) -> torch.Tensor:
+    """Probabilities [..., V] from logits under temperature, then top-k, min-p and nucleus (top-p) truncation.
+
+    top_k: keep the k likeliest tokens (0: all); min_p: keep tokens of at least min_p x the likeliest's
+    probability (0: all). Each keeps the likeliest token, so greedy picks are never changed by them.
+    """
     x = logits.double()
     # From the row's maximum down, so a tiny temperature (5e-324) sends the rest to -inf, not the top to inf
     # (inf - inf is NaN in the softmax, and multinomial refuses the row).
     probs = torch.softmax((x - x.amax(-1, keepdim=True)) / temperature, dim=-1)
+    if 0 < top_k < probs.shape[-1]:
+        kth = probs.topk(top_k, -1).values[..., -1:]  # ties at the k-th probability are all kept
+        probs = torch.where(probs >= kth, probs, 0.0)
+    if min_p > 0.0:
+        probs = torch.where(probs >= min_p * probs.amax(-1, keepdim=True), probs, 0.0)
+    if top_k or min_p > 0.0:
+        probs = probs / probs.sum(-1, keepdim=True)
     if top_p >= 1.0:
         return probs
     sorted_p, order = probs.sort(dim=-1, descending=True)

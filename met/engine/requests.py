@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from met.engine.proposer import Proposer
+from met.engine.logits import TokenLogprob
 from met.engine.runner import Sampling
 from met.engine.textstream import TextStream
 
@@ -26,11 +27,14 @@ class Request:
     sampling: Sampling = Sampling()
     stop: tuple[str, ...] = ()  # generation ends before the first of these appears; it is not returned
     tenant: str = "default"  # the shared-lookup scope's tenant: requests only share tokens within one
+    stop_ids: frozenset[int] = frozenset()  # token ids that end it besides the tokenizer's EOS (a chat's end of turn)
+    ignore_eos: bool = False  # the tokenizer's EOS does not end it (stop_ids still do)
+    include_stop: bool = False  # the stop string that ended it is returned at the end of its text
 
     def __post_init__(self) -> None:
         if not self.prompt:
             raise ValueError("the prompt is empty; send at least one token")
-        if self.max_tokens < 1:
+        if self.max_tokens < (0 if self.sampling.prompt_logprobs else 1):  # 0 with echo: score the prompt alone
             raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
         if len(self.stop) > 4 or any(not s for s in self.stop):
             raise ValueError(f"stop takes at most 4 non-empty strings, got {list(self.stop)}")
@@ -42,6 +46,8 @@ class Delta:
 
     text: str
     tokens: int
+    logprobs: tuple[TokenLogprob, ...] = ()  # the tokens' own, when the request asks (Sampling.logprobs)
+    prompt_logprobs: tuple[TokenLogprob, ...] | None = None  # echo: the prompt's from its second token, sent first
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +58,8 @@ class Finished:
     text: str  # the final delta (text held back until the end)
     prompt_tokens: int
     completion_tokens: int  # generated tokens consumed; EOS and tokens after a stop string are not counted
+    draft_tokens: int = 0  # drafts verified for this request
+    accepted_tokens: int = 0  # of those, accepted (bonus tokens not counted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +111,8 @@ class SeqState:
     text: TextStream
     generated: list[int] = field(default_factory=list)  # tokens the client got: no EOS, none past a stop string
     confidences: list[float] = field(default_factory=list)  # the drafter's confidences of the last step's drafts
+    drafted: int = 0  # drafts verified for it so far
+    accepted: int = 0  # of those, accepted
     finish: str | None = None  # set when the sequence must leave at the end of this tick
 
     @property

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from met.engine.accept import greedy_accept, position_noise, seeded_pick, speculative_accept, target_distribution
+from met.engine.logits import MAX_LOGPROBS, History, TokenLogprob, process, token_logprobs
 from met.model.dflash import DflashDrafter
 from met.model.kv_cache import KVCache
 from met.model.transformer import CacheContext, Transformer
@@ -20,6 +21,18 @@ class Sampling:
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = None
+    top_k: int = 0  # keep the k likeliest tokens (0: all)
+    min_p: float = 0.0  # keep tokens at least min_p x the likeliest one's probability (0: all)
+    # logits processors (logits.process), applied in the verify per position as plain decoding applies them
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0  # 1: none
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token, bias added to its logit)
+    min_tokens: int = 0  # eos_ids are banned until this many tokens were output
+    eos_ids: frozenset[int] = frozenset()  # the ids min_tokens bans (the request's end-of-sequence tokens)
+    # what the runner reports besides the tokens (computed only for a sequence that asks)
+    logprobs: int | None = None  # log-probabilities of the output with this many top alternatives; None: none
+    prompt_logprobs: bool = False  # the prompt's log-probabilities too (echo), with as many alternatives
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.temperature <= 100.0:
@@ -28,6 +41,16 @@ class Sampling:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.seed is not None and not -(1 << 63) <= self.seed < 1 << 64:  # what torch.Generator takes
             raise ValueError(f"seed must be a whole number from -2**63 to 2**64 - 1, got {self.seed}")
+        if self.top_k < 0 or not 0.0 <= self.min_p <= 1.0:
+            raise ValueError(f"top_k must be >= 0 and min_p in [0, 1], got {self.top_k} and {self.min_p}")
+        if not 0.0 < self.repetition_penalty <= 100.0:
+            raise ValueError(f"repetition_penalty must be in (0, 100], got {self.repetition_penalty}")
+        if self.min_tokens < 0:
+            raise ValueError(f"min_tokens must be >= 0, got {self.min_tokens}")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise ValueError(f"logprobs must be in 0..{MAX_LOGPROBS}, got {self.logprobs}")
+        if self.prompt_logprobs and self.logprobs is None:
+            raise ValueError("prompt_logprobs needs logprobs (how many alternatives to return)")
 
     @property
     def greedy(self) -> bool:
@@ -37,6 +60,16 @@ class Sampling:
     def seeded(self) -> bool:
         """Sampled with a seed: every token is picked with its position's noise (accept.position_noise)."""
         return self.seed is not None and not self.greedy
+
+    @property
+    def processed(self) -> bool:
+        """Whether a logits processor applies (penalties, bias, min_tokens): the runner then keeps a History."""
+        return bool(self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1.0
+                    or self.logit_bias or (self.min_tokens and self.eos_ids))
+
+    def distribution(self, logits: torch.Tensor) -> torch.Tensor:
+        """Probabilities [..., V] this sampling picks from, of (processed) logits [..., V]."""
+        return target_distribution(logits, self.temperature, self.top_p, self.top_k, self.min_p)
 
 
 def fresh_seed() -> int:
@@ -61,6 +94,7 @@ class VerifyResult:
     accepted: int  # drafts accepted (the bonus token not counted)
     tokens: list[int]  # emitted: accepted drafts + the bonus token
     margin: float | None = None  # target top-1 minus top-2 log-prob at the first position (width-1 steps)
+    logprobs: tuple[TokenLogprob, ...] | None = None  # each emitted token's, if the sequence asks (Sampling.logprobs)
 
 
 @dataclass(slots=True)
@@ -72,6 +106,9 @@ class _Seq:
     catchup_tok: list[int] = field(default_factory=list)  # the token after each of those rows
     last_h: torch.Tensor | None = None  # [dim] main hidden that predicted `pending` (kept for a DFlash drafter)
     noise: dict[int, torch.Tensor] = field(default_factory=dict)  # seeded: drafted positions' noise, for the verify
+    history: History | None = None  # what the logits processors count; None: the sampling has none
+    # prefill's log-probabilities, until the caller takes them (prefill_logprobs): the first token's, the prompt's
+    scored: tuple[TokenLogprob, tuple[TokenLogprob, ...]] | None = None
 
 
 Replan = Callable[[int, list[Draft]], int]  # (drafts made so far per row, every row's drafts) -> depth to draft to
@@ -167,8 +204,16 @@ class ModelRunner:
         for i, (slot, sampling) in enumerate(zip(slots, samplings)):
             # on the model's device: torch refuses a host generator for a GPU's multinomial
             gen = None if sampling.greedy or sampling.seeded else torch.Generator(self.device).manual_seed(fresh_seed())
-            first = self._pick(logits[i], sampling, gen, lens[i])
-            seq = _Seq(first, sampling, gen)
+            history = History(prompts[i], logits.shape[-1], self.device) if sampling.processed else None
+            row = process(logits[i : i + 1], sampling, history, [])[0] if history is not None else logits[i]
+            first = self._pick(row, sampling, gen, lens[i])
+            seq = _Seq(first, sampling, gen, history=history)
+            if history is not None:
+                history.add([first])
+            if sampling.logprobs is not None:
+                prompt = self._prompt_logprobs(h[i, : lens[i] - 1], prompts[i], sampling.logprobs) \
+                    if sampling.prompt_logprobs else ()
+                seq.scored = (token_logprobs(logits[i : i + 1], [first], sampling.logprobs)[0], prompt)
             if self.track_mtp:
                 seq.catchup_h = list(h[i, : lens[i]])
                 seq.catchup_tok = prompts[i][1:] + [first]
@@ -180,6 +225,18 @@ class ModelRunner:
             firsts.append(first)
         return firsts
 
+    def _prompt_logprobs(self, h: torch.Tensor, prompt: list[int], top: int) -> tuple[TokenLogprob, ...]:
+        """The log-probabilities of prompt[1:] from the hidden rows h [n - 1, dim] before each (echo's scores)."""
+        if not len(h):
+            return ()
+        return tuple(token_logprobs(self.model.logits_cached(h), prompt[1:], top))  # [n - 1, V] for this prompt only
+
+    def prefill_logprobs(self, slot: int) -> tuple[TokenLogprob, tuple[TokenLogprob, ...]] | None:
+        """The prefilled slot's first-token and prompt log-probabilities (once; None if its sampling asked none)."""
+        seq = self.seqs[slot]
+        scored, seq.scored = seq.scored, None
+        return scored
+
     def _pick(self, logits: torch.Tensor, sampling: Sampling, gen: torch.Generator | None, position: int,
               keep: dict[int, torch.Tensor] | None = None) -> int:
         """The token at `position` from its logits [V]: greedy, seeded (by position), or from the generator.
@@ -188,7 +245,7 @@ class ModelRunner:
         """
         if sampling.greedy:
             return int(logits.argmax())
-        probs = target_distribution(logits, sampling.temperature, sampling.top_p)
+        probs = sampling.distribution(logits)
         if sampling.seeded:
             noise = position_noise(sampling.seed, position, probs.shape[-1], probs.device)
             if keep is not None:
@@ -347,17 +404,20 @@ class ModelRunner:
         results = []
         for i, (slot, d) in enumerate(zip(slots, drafts)):
             seq = self.seqs[slot]
+            scores = logits[i, : ks[i] + 1]  # [k + 1, V]: row j picks the token after the pending one and d[:j]
+            if seq.history is not None:  # each row processed as plain decoding would, after the drafts before it
+                scores = process(scores, seq.sampling, seq.history, d.tokens)
             if seq.sampling.greedy:
-                a, nxt = greedy_accept(d.tokens, greedy_rows[i])
+                a, nxt = greedy_accept(d.tokens, greedy_rows[i] if seq.history is None else scores.argmax(-1).tolist())
             elif seq.sampling.seeded:  # each row's pick by its position's noise: the tokens plain decoding picks
-                p = target_distribution(logits[i, : ks[i] + 1], seq.sampling.temperature, seq.sampling.top_p)
+                p = seq.sampling.distribution(scores)
                 rows = [int(base[i]) + 1 + j for j in range(ks[i] + 1)]  # the drafts' positions, then the bonus's
                 noise = torch.stack([seq.noise.get(r) if r in seq.noise else
                                      position_noise(seq.sampling.seed, r, p.shape[-1], p.device) for r in rows])
                 seq.noise.clear()
                 a, nxt = greedy_accept(d.tokens, seeded_pick(p, noise))
             else:
-                p = target_distribution(logits[i, : ks[i] + 1], seq.sampling.temperature, seq.sampling.top_p)
+                p = seq.sampling.distribution(scores)
                 a, nxt = speculative_accept(d.tokens, d.q, p, seq.generator)
             length = int(base[i])
             self.cache.lengths[slot] = length + ks[i] + 1
@@ -369,5 +429,10 @@ class ModelRunner:
             if self.dflash is not None:
                 seq.last_h = h[i, a]  # the row whose logits chose nxt
             seq.pending = nxt
-            results.append(VerifyResult(a, emitted, margin))
+            if seq.history is not None:
+                seq.history.add(emitted)
+            # the raw rows of the accepted positions: the same figures plain decoding's forward gives
+            lps = tuple(token_logprobs(logits[i, : a + 1], emitted, seq.sampling.logprobs)) \
+                if seq.sampling.logprobs is not None else None
+            results.append(VerifyResult(a, emitted, margin, lps))
         return results

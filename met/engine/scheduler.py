@@ -29,6 +29,7 @@ import torch
 
 from met.engine.policy_base import Outcome, Policy, StepPlan, drafter_width
 from met.engine.proposer import HOST_MODES, Proposer
+from met.engine.logits import TokenLogprob
 from met.engine.requests import Delta, Failed, Finished, Request, SeqState, Sink
 from met.engine.runner import Draft, ModelRunner, VerifyResult
 from met.engine.textstream import TextStream
@@ -229,7 +230,10 @@ class Scheduler:
         for seq, first in zip(admitted, firsts):
             self.running.append(seq)
             seq.proposer.observe(0, 0, [first])
-            self.counters.emitted += self._emit(seq, [first])
+            scored = self.runner.prefill_logprobs(seq.slot) if seq.request.sampling.logprobs is not None else None
+            if scored is not None and seq.request.sampling.prompt_logprobs:
+                seq.sink.put(Delta("", 0, (), scored[1]))  # echo's scores come before any text
+            self.counters.emitted += self._emit(seq, [first], scored[:1] if scored is not None else ())
         for seq in [s for s in admitted if s.finish]:
             self._retire(seq, seq.finish)
 
@@ -285,7 +289,8 @@ class Scheduler:
             self.counters.record_chain(k, r.accepted)
             seq.confidences = list(d.confidences)
             seq.proposer.observe(k, r.accepted, r.tokens)
-            streamed += self._emit(seq, r.tokens)
+            seq.drafted, seq.accepted = seq.drafted + k, seq.accepted + r.accepted
+            streamed += self._emit(seq, r.tokens, r.logprobs or ())
         if len(seqs) == 1 and results[0].margin is not None and math.isfinite(results[0].margin):
             # the runner's margin is in log-prob: under 0.05 the runner-up is within 5% of the top token
             self.stats.record_b1_margin(1, results[0].margin)
@@ -300,20 +305,24 @@ class Scheduler:
         for seq in [s for s in seqs if s.finish]:
             self._retire(seq, seq.finish)
 
-    def _emit(self, seq: SeqState, tokens: list[int]) -> int:
+    def _emit(self, seq: SeqState, tokens: list[int], logprobs: Sequence[TokenLogprob] = ()) -> int:
         """Stream a sequence's new tokens; mark it finished on EOS, a stop string, max_tokens or a full context.
 
         Returns how many the client gets: none past a stop string, EOS or max_tokens (a verify step may
-        emit several beyond them).
+        emit several beyond them). logprobs: the tokens' own, when the request asks; each delta carries its tokens'.
         """
-        ends = [i for i, t in enumerate(tokens) if t in self.tokenizer.eos_ids]
+        req = seq.request
+        enders = req.stop_ids if req.ignore_eos else self.tokenizer.eos_ids | req.stop_ids
+        ends = [i for i, t in enumerate(tokens) if t in enders]
         eos = bool(ends)
         take = tokens[: ends[0]] if eos else tokens
         take = take[: seq.remaining]
         delta, used = seq.text.feed(take)
         seq.generated.extend(take[:used])
-        if delta:
-            seq.sink.put(Delta(delta, used))
+        if req.include_stop and seq.text.stopped_by is not None:
+            delta += seq.text.stopped_by
+        if delta or (logprobs and used):
+            seq.sink.put(Delta(delta, used, tuple(logprobs[:used])))
         if seq.text.stopped_by is not None or (eos and used == len(take) and seq.remaining > 0):
             seq.finish = "stop"
         elif seq.remaining <= 0 or self.runner.room(seq.slot) < 0:
@@ -329,7 +338,7 @@ class Scheduler:
             tail = seq.text.finish()
             if reason == "length" and seq.text.stopped_by is not None:
                 reason = "stop"  # the flush (a cut character become U+FFFD) completed a stop string
-            event = Finished(reason, tail, len(seq.request.prompt), seq.text.tokens)
+            event = Finished(reason, tail, len(seq.request.prompt), seq.text.tokens, seq.drafted, seq.accepted)
         self.counters.record_finish(reason)
         if (self.host_drafts or self.shared_ngram) and reason in ("stop", "length"):
             self.shared.add_request(self.scope(seq.request), [*seq.request.prompt, *seq.generated])
