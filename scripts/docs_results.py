@@ -1,4 +1,4 @@
-"""Write the docs' results pages, docs/results/<box_class>.md and docs/results/index.md, from benchmarks/results/**/*.json.
+"""Write docs/results/<box_class>.md and docs/results/index.md from benchmarks/results/**/*.json.
 
 Every figure on those pages is read from a JSON file a benchmark wrote; none is typed by hand. Each
 table names the command that made it and the box it ran on: both are read from the JSON where it
@@ -8,8 +8,9 @@ command) and the command is the JSON's `command`.
 
 The pages are committed, so they read on GitHub as well as on the site, and CI runs this script with
 `--check` before `mkdocs build --strict`: a results file added or changed without running the script
-fails CI, naming the stale page (and a new box class's page missing from mkdocs.yml's nav). (Run in CI rather than through the mkdocs-gen-files plugin: one
-plugin fewer, and the pages exist in a plain checkout.)
+fails CI, naming the stale page (and a new box class's page missing from mkdocs.yml's nav). It runs
+in CI rather than through the mkdocs-gen-files plugin: one plugin fewer, and the pages exist in a
+plain checkout.
 
     python3 scripts/docs_results.py            # rewrite the pages
     python3 scripts/docs_results.py --check    # exit 1 if a page differs from what the JSON gives
@@ -121,6 +122,11 @@ def policies_section(path: Path, data: dict) -> list[str]:
              f"`{meta.get('energy_source', '?')}`)" + (f"; spreads {min(spreads):.0%}-{max(spreads):.0%}:" if spreads
                                                        else ":"), ""]
     lines += policies_table(data)
+    modes = [f"c = {r['concurrency']}: " + ", ".join(f"{m} {share:.0%}" for m, share in r["modes"])
+             for r in rows if r["policy"] == "measured" and r.get("modes")]
+    if modes:
+        lines += ["", "The measured planner's steps by mode (`lookup`: copies verified, no draft): "
+                  + "; ".join(modes) + "."]
     mismatches = data.get("mismatches", [])
     lines += ["", "Greedy outputs identical across policies and concurrencies: " +
               ("yes." if data.get("outputs_identical") else f"**no** ({len(mismatches)} requests differ).")]
