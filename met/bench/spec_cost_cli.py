@@ -96,8 +96,8 @@ OutOpt = Annotated[Path | None, typer.Option(
     help="Table file (default: tables/<box_class>/<recipe>.toml); the calibration goes to "
     "<out>.calibration.toml with .toml dropped.", show_default=False)]
 QuickOpt = Annotated[bool, typer.Option(
-    "--quick", help="A small sweep for tests and smoke runs (seconds); needs --out, so it never replaces the table "
-    "a serve plans from.")]
+    "--quick", help="A small sweep for tests and smoke runs (seconds), marked quick = true in its [meta]; needs an "
+    "--out outside any tables/ folder (exit 2 otherwise), so it never replaces a table a serve plans from.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress and no change report; errors and warnings only.")]
 ReplaceOpt = Annotated[bool, typer.Option(
     "--replace", help="Overwrite what is at --out even if it is not a met cost table (exit 73 otherwise) or a table "
@@ -112,6 +112,18 @@ class Refusal(Exception):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+TABLES = "tables"  # the folder of measured tables a serve plans from (tables/<box_class>/<recipe>.toml)
+
+
+def in_tables_folder(out: Path) -> bool:
+    """Whether `out` (or a symlink's target) lies under a folder named tables/, where committed tables live."""
+    try:
+        places = [out.absolute(), out.resolve()]
+    except (OSError, RuntimeError):  # a name too long, a symlink loop: the lock or the write check refuses it
+        places = [out.absolute()]
+    return any(TABLES in place.parent.parts for place in places)
 
 
 def calibration_path(table: Path) -> Path:
@@ -183,7 +195,8 @@ def spec_cost(
     k; mode draft_dflash, its digest covering the drafter's config) and writes
     <recipe>.dflash.toml, without a calibration.
 
-    Exit statuses: 0 table (and calibration) written; 2 bad option value; 65 (EX_DATAERR) nothing
+    Exit statuses: 0 table (and calibration) written; 2 bad option value (and --quick without --out, or
+    with an --out inside a tables/ folder: nothing is written); 65 (EX_DATAERR) nothing
     written: the calibration prompts are invalid or gave too few judged drafts, or the measured
     table did not validate, or the checkpoint folder cannot be loaded (unsupported architecture);
     66 (EX_NOINPUT) the recipe's weights, the folder or the calibration prompts are missing;
@@ -212,6 +225,10 @@ def spec_cost(
         raise typer.BadParameter("a --quick table is a smoke run's, too coarse to plan from; pass --out (e.g. "
                                  "--out /tmp/quick.toml) so it does not replace tables/<box_class>/<recipe>.toml",
                                  param_hint="--quick")
+    if quick and in_tables_folder(out):
+        raise typer.BadParameter(f"{out} is inside a {TABLES} folder, where the tables a serve plans from live; a "
+                                 "--quick table is too coarse to plan from, so it is never written there: pass an "
+                                 "--out elsewhere (e.g. --out /tmp/quick.toml)", param_hint="--out")
     base = QUICK if quick else DEFAULT
     if drafter == "dflash":
         base = replace(base, verify_depth=0)  # its cells price its own depths: nothing is copied past them
@@ -236,7 +253,7 @@ def spec_cost(
     given = out or Path("tables") / box / f"{name}{suffix}"
     request = Request(recipe, box_class_, settings, params, energy, calibrated, calibration_prompts, _target(given),
                       _target(calibration_path(given)), max_depth is not None, calibrate is True, drafter, box,
-                      replace_, verify_depth is not None)
+                      replace_, verify_depth is not None, quick)
     try:
         with TableLock(request.out), Reporter(quiet) as reporter:
             _run(request, reporter)
@@ -271,6 +288,7 @@ class Request:
     box: str = ""  # the box class the table will be keyed by
     overwrite: bool = False  # --replace: write over a file that is no table of ours, or of another box or model
     verify_depth_given: bool = False  # --verify-depth was passed (likewise)
+    quick: bool = False  # --quick: the table's [meta] says so (quick = true), and a serve warns that it plans from it
 
 
 def _fail(code: int, message: str) -> None:
@@ -396,7 +414,8 @@ def _sweep(req: Request, params: SweepParams, recipe: Recipe, model: torch.nn.Mo
     meta = {"when": dt.datetime.now(dt.UTC).replace(microsecond=0), "met_version": __version__,
             "torch_version": torch.__version__, "python_version": platform.python_version(),
             "device": device_name(s.device), "dtype": s.dtype, "threads": s.threads,
-            "sweep_s": round(time.perf_counter() - started, 1), **result.meta, **meter.info()}
+            "sweep_s": round(time.perf_counter() - started, 1), **result.meta, **meter.info(),
+            **({"quick": True} if req.quick else {})}
     try:
         return CostTable.parse(CostTable(key, result.cells, meta, result.verify_cells).to_toml())
     except TableParseError as exc:

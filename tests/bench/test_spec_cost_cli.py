@@ -299,6 +299,25 @@ def test_quick_without_out_exits_2_and_leaves_the_default_table_alone(use_micro,
     assert result.exit_code == 2 and "pass --out" in result.output and not (tmp_path / "tables").exists()
 
 
+@pytest.mark.parametrize("where", ["tables/cpu-box-1t/t.toml", "link.toml"])
+def test_quick_never_writes_inside_a_tables_folder(use_micro, tmp_path, monkeypatch, where):
+    # `--quick --out tables/<box>/<recipe>.toml` replaced the table a serve plans from; so did a link into tables/
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tables" / "cpu-box-1t").mkdir(parents=True)
+    (tmp_path / "link.toml").symlink_to(tmp_path / "tables" / "cpu-box-1t" / "t.toml")
+    result = met("bench", "spec-cost", "--quick", *FAST, "--out", where)
+    assert result.exit_code == 2, result.output
+    assert "inside a tables folder" in " ".join(result.output.split()) and "Traceback" not in result.output
+    assert list((tmp_path / "tables").rglob("*.toml")) == []
+
+
+def test_a_quick_table_says_so_in_its_meta(quick_run, use_micro, tmp_path):
+    assert CostTable.parse(quick_run[1].read_text()).meta["quick"] is True
+    out = tmp_path / "t.toml"
+    assert met("bench", "spec-cost", *FAST, "--no-calibrate", "--out", str(out)).exit_code == EX_OK
+    assert "quick" not in CostTable.parse(out.read_text()).meta
+
+
 def test_missing_recipe_exits_66(tmp_path):
     result = met("bench", "spec-cost", *FAST, "--recipe", "no-such-recipe", "--out", str(tmp_path / "t.toml"))
     assert result.exit_code == EX_NOINPUT and "no embedded recipe 'no-such-recipe'" in result.stderr
