@@ -137,7 +137,7 @@ def speculation_drift_warning(dtype: str, spec: str) -> str | None:
     A verify scores k + 1 positions in one pass and rounds them otherwise than a one-token step does;
     in bfloat16 a near tie then flips: on an H200 the policies benchmark's greedy texts differed from
     plain decode's in 135 of 864 requests under every speculating policy, and in none of 4,224 in
-    float32 (README, "On a GPU").
+    float32 (docs/getting-started.md, "On a GPU").
     """
     if spec == "off" or dtype in EXACT_DTYPES:
         return None

@@ -5,7 +5,7 @@ and through `met tables check --no-key` and returns its outcome, or raises Asser
 documented refusal was not what happened: the library may only return a table or raise
 TableParseError, the CLI may only exit 0 (one line on stdout) or 65 (one line on stderr, no
 traceback), the two must agree, and both must agree with the oracle, which re-states the documented
-rules (DESIGN.md, the README's table file reference) without the library's code.
+rules (DESIGN.md, docs/formats.md) without the library's code.
 """
 
 import datetime as dt
