@@ -3,10 +3,12 @@
 The command parses, boots the measured planner's table exactly as `met serve --spec-cost-model
 measured` does (met.bench.measured_boot: same key checks, same exit statuses), runs the policies
 (met.bench.policies), summarises and checks (met.bench.policies_report), and writes JSON,
-markdown and a PNG (met.bench.policies_plot) under --out-dir.
+markdown and a PNG (met.bench.policies_plot) under --out-dir, by default a new folder of the run's own
+under met-results/ (the results kept in benchmarks/results/ are replaced only when --out-dir names them).
 """
 
 import datetime as dt
+import itertools
 import json
 import os
 import platform
@@ -40,6 +42,7 @@ from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 DEFAULTS = {"prompts": 16, "max_tokens": 128, "repeats": 3, "concurrency": "1,4,16"}
 QUICK = {"prompts": 4, "max_tokens": 16, "repeats": 1, "concurrency": "1,2,4"}
 OUT_NAMES = ("policies.json", "policies.md", "policies.png")
+RESULTS_ROOT = Path("met-results")  # where a run without --out-dir makes its own folder
 
 RecipeOpt = Annotated[str, typer.Option("--recipe", help="Embedded model recipe to run.")]
 PromptsOpt = Annotated[int | None, typer.Option(
@@ -74,8 +77,10 @@ DtypeOpt = Annotated[str | None, typer.Option(
 LiftOpt = Annotated[bool, typer.Option(
     "--lift-wide-tier", help="Let widths 9..=16 verify two drafts, as met serve --lift-wide-tier (the MTP and "
     "prompt-lookup policies; dflash sizes its own pools from its rung).")]
-OutDirOpt = Annotated[Path, typer.Option(
-    "--out-dir", parser=nonempty_path, help=f"Folder of the results: {', '.join(OUT_NAMES)}.")]
+OutDirOpt = Annotated[Path | None, typer.Option(
+    "--out-dir", parser=nonempty_path, help=f"Folder of the results: {', '.join(OUT_NAMES)} (default: a new folder "
+    f"{RESULTS_ROOT}/policies-<UTC time>/ under the current one, so no run replaces results kept elsewhere).",
+    show_default=False)]
 QuickOpt = Annotated[bool, typer.Option(
     "--quick", help="4 prompts, 16 tokens, concurrency 1,2,4, 1 repeat: for tests and smoke runs.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress lines; the report and errors only.")]
@@ -102,7 +107,7 @@ def policies(
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     lift_wide_tier: LiftOpt = False,
-    out_dir: OutDirOpt = Path("benchmarks/results"),
+    out_dir: OutDirOpt = None,
     quick: QuickOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -119,9 +124,9 @@ def policies(
     distribution-free interval for its median (from 5 repeats on), so a verdict within the box's noise
     reads as such (a FAIL there is a result, not an error: the status stays 0).
 
-    Exit statuses: 0 results written; 2 bad option value (or fewer held-out prompts here than
-    --prompts); 65 (EX_DATAERR) the cost table or calibration is missing or invalid, or the DFlash
-    drafter is damaged or another model's; 66 (EX_NOINPUT) the recipe's weights, its DFlash drafter
+    Exit statuses: 0 results written (under --out-dir, else a new met-results/policies-<UTC time>/);
+    2 bad option value (or fewer held-out prompts here than --prompts); 65 (EX_DATAERR) the cost table or
+    calibration is missing or invalid, or the DFlash drafter is damaged or another model's; 66 (EX_NOINPUT) the recipe's weights, its DFlash drafter
     (policy dflash) or the held-out files are missing; 69 (EX_UNAVAILABLE) the --energy source
     does not work here; 70 (EX_SOFTWARE) greedy outputs differ between policies or concurrencies, or a
     request failed (results are still written; each difference is named); 73 (EX_CANTCREAT) the results
@@ -184,6 +189,7 @@ def policies(
                                 concurrencies, repeats or base["repeats"])
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+    out_dir = out_dir or fresh_out_dir(dt.datetime.now(dt.UTC))
     _check_out_dir(out_dir)
     model = model_recipe.load(getattr(torch, settings.dtype), settings.device)
     load = os.getloadavg()
@@ -220,6 +226,8 @@ def policies(
     report = markdown(meta, rows, results, problems)
     typer.echo(report)  # first: should the writes fail, the run's results are still on the screen
     _write(out_dir, meta, report, document(meta, rows, results, runs, problems), rows)
+    if not quiet:
+        typer.echo(f"results written under {out_dir}", err=True)
     if problems:
         failed = sum(p.failed for p in problems)
         head = ([f"{failed} request(s) failed"] if failed else []) + (
@@ -273,6 +281,20 @@ def _command(recipe: str, workload: pol.Workload, names: list[str], table: Path 
     if lift:
         args.append("--lift-wide-tier")
     return shlex.join([*args, "--out-dir", str(out_dir)])
+
+
+def fresh_out_dir(now: dt.datetime) -> Path:
+    """A folder of its own for this run's results, made now: met-results/policies-20261201T231500Z (-2, -3, ...)."""
+    stamp = f"policies-{now:%Y%m%dT%H%M%SZ}"
+    for i in itertools.count(1):
+        path = RESULTS_ROOT / (stamp if i == 1 else f"{stamp}-{i}")
+        try:
+            path.mkdir(parents=True)
+        except FileExistsError:  # a run in the same second: the next name
+            continue
+        except OSError:  # unwritable here: _check_out_dir says so in one line, before anything runs
+            return path
+        return path
 
 
 def _check_out_dir(out_dir: Path) -> None:

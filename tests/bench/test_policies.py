@@ -483,3 +483,24 @@ def test_a_copy_past_the_drafters_depth_is_priced_at_the_tables_verify_cell():
     assert price(deep, table) is None
     drafted_deep = pol.Run("measured", 1, 0, 8, 1.0, 0, 0, 0, 0, (), (), (("mtp", 1, 3, 1, 1),), 8, 1.0, ())
     assert price(drafted_deep, table) is None  # a drafted step past kmax has no draft cost to price
+
+
+def test_cli_without_out_dir_writes_a_new_folder_of_its_own_not_the_kept_results(cli_env, monkeypatch):
+    # the kept results under benchmarks/results/ were replaced by any run without --out-dir; now each run makes
+    # met-results/policies-<UTC time>/ (the next name in the same second), and --out-dir still names a folder
+    tmp_path, args = cli_env
+    monkeypatch.chdir(tmp_path)
+    kept = tmp_path / "benchmarks" / "results" / "policies.json"
+    kept.parent.mkdir(parents=True)
+    kept.write_text("{}")
+    args = args[:args.index("--out-dir")]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == EX_OK, first.output
+    second = CliRunner().invoke(app, args)
+    assert second.exit_code == EX_OK, second.output
+    assert kept.read_text() == "{}"
+    folders = sorted((tmp_path / "met-results").iterdir())
+    assert len(folders) == 2 and all(re.fullmatch(r"policies-\d{8}T\d{6}Z(-\d+)?", f.name) for f in folders)
+    for folder in folders:
+        doc = json.loads((folder / "policies.json").read_text())
+        assert doc["meta"]["command"].endswith(f"--out-dir {folder.relative_to(tmp_path)}")
