@@ -31,6 +31,7 @@ from met.engine.scheduler import Scheduler
 from met.model.recipes import embedded
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 from met.speculative.spec_cost import AcceptanceCalibration, CostTable, SpecCostState
+from met.speculative.spec_cost.plan import PlanSeq
 
 from report import publish
 
@@ -125,10 +126,10 @@ def main() -> int:
              f"Python {platform.python_version()}; best of 5 rounds of {args.calls} calls.", "",
              "| width | first plan us | replan after one draft us |", "|---:|---:|---:|"]
     for width in (1, 4, 16):
-        previous, behind, left = [-0.3] * width, [2] * width, [100] * width
-        first = best_us(lambda: state.plan(width, None, table.kmax, previous=previous, behind=behind,
-                                           remaining=left), args.calls)
-        again = best_us(lambda: state.plan(width, [[-0.3]] * width, table.kmax, 1, previous), args.calls)
+        first_seqs = [PlanSeq(previous=-0.3, behind=2, remaining=100)] * width
+        again_seqs = [PlanSeq([-0.3], -0.3)] * width
+        first = best_us(lambda: state.plan(first_seqs, table.kmax), args.calls)
+        again = best_us(lambda: state.plan(again_seqs, table.kmax, 1), args.calls)
         lines.append(f"| {width} | {first:.1f} | {again:.1f} |")
     snapshots = policy_plan_us(state, 16)
     lines += ["", "The measured policy's whole plan (`MtpPlannedPolicy.plan`: the clamps, the copies weighed and "

@@ -33,6 +33,7 @@ from met.model.corpus import heldout_code
 from met.model.recipes import DEFAULT_RECIPE, embedded
 from met.serve.app import Service, create_app
 from met.serve.server import bound_port
+from met.speculative.spec_cost.plan import unknown
 
 
 def start(service: Service) -> tuple[uvicorn.Server, str]:
@@ -105,7 +106,7 @@ def main() -> int:
         tokens, seconds = totals[name]
         snap = svc.scheduler.cell.latest()
         per_verify = snap.drafts_accepted / snap.draft_steps if snap.draft_steps else 0.0
-        why = state.plan(1).why if name == "mtp, measured" else "-"
+        why = state.plan(unknown(1)).why if name == "mtp, measured" else "-"
         lines.append(f"| {name} | {tokens} | {seconds:.2f} | {tokens / seconds:.1f} | {tokens / seconds / base:.2f}x "
                      f"| {per_verify:.2f} | {why} |")
     text = "\n".join(lines) + "\n"

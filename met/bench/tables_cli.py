@@ -26,7 +26,7 @@ from met.path_option import nonempty_model, nonempty_path
 from met.speculative.spec_cost import AcceptanceCalibration, CostTable, DrafterMismatch, LookupBin, TableParseError
 from met.speculative.spec_cost import fields
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools, planned_kmax
-from met.speculative.spec_cost.plan import copy_depth, estimate_depths, plan_depth
+from met.speculative.spec_cost.plan import PlanSeq, copy_depth, estimate_depths, plan_depth, unknown
 
 tables_app = typer.Typer(help="Check and show measured cost tables.", no_args_is_help=True, rich_markup_mode=None)
 
@@ -335,7 +335,7 @@ def _copy_plans_table(cal: AcceptanceCalibration, table: CostTable, slack: float
         for n in table.widths:
             deepest = copy_depth(table, n)
             copy = cal.copy_accepted_by_depth(b.min_match, deepest, deepest)
-            plans.append(plan_depth(table, cal, n, None, slack, kmax=_kmax(table, n, pools), copies=[copy] * n,
+            plans.append(plan_depth(table, cal, [PlanSeq(copy=copy)] * n, slack, kmax=_kmax(table, n, pools),
                                     copy_kmax=deepest))
         rows.append([_match(b), *(f"copy k={d.k}" if d.source == "lookup" else f"k={d.k}" for d in plans)])
     title = (f"plan when every request's copy follows such a match (slack {slack:g}; copies as deep as the "
@@ -380,10 +380,10 @@ def _width_table(table: CostTable, cal: AcceptanceCalibration | None, n: int, sl
     headers += ["verify J", "draft J"] + (["copy J"] if copies else []) if table.has_energy else []
     if cal is not None:
         headers += ["E tokens", "tok/s"] + (["tok/J"] if table.has_energy else []) + ["plan"]
-    estimates = estimate_depths(table, cal, n, None) if cal is not None else []
+    estimates = estimate_depths(table, cal, unknown(n)) if cal is not None else []
     kmax = _kmax(table, n, pools)
     # the serve's plan, clamps included (its banner's first plan: SpecCostState.plan at the policy's kmax)
-    chosen = plan_depth(table, cal, n, None, slack, kmax=kmax).k if cal is not None else None
+    chosen = plan_depth(table, cal, unknown(n), slack, kmax=kmax).k if cal is not None else None
     rows = []
     for k in range(deepest + 1):
         cell, copy = table.cell(n, k) if k <= table.kmax else None, copies.get(k)

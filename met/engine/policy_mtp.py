@@ -68,7 +68,7 @@ from met.speculative.mtp_gate import MtpGate, Mode
 from met.speculative.spec_capacity import COPY_POOLS, VerifyPools, planned_kmax
 from met.speculative.spec_cost import SpecCostState
 from met.speculative.spec_cost.lookup import LOOKUP_MAX_NGRAM
-from met.speculative.spec_cost.plan import copy_depth
+from met.speculative.spec_cost.plan import PlanSeq, copy_depth
 
 
 def _draft(runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan,
@@ -159,8 +159,10 @@ class MtpPlannedPolicy:
             copy_kmax = self.copy_kmax(width)
             copy_room = rooms.clamp(copy_kmax, COPY_POOLS)[0] if copy_kmax > kmax else room
             copies = self._weigh_copies(seqs, copy_room, copy_kmax)
-        decision = self.state.plan(width, None, kmax, previous=_previous_firsts(seqs), behind=behind,
-                                   remaining=[s.remaining for s in seqs], copies=copies, copy_kmax=copy_kmax)
+        weighed = copies if copies is not None else (None,) * width
+        facts = [PlanSeq((), first, b, s.remaining, c)
+                 for s, first, b, c in zip(seqs, _previous_firsts(seqs), behind, weighed)]
+        decision = self.state.plan(facts, kmax, copy_kmax=copy_kmax)
         if decision.source in ("lookup", "mixed"):
             copying = decision.copying
             pools = COPY_POOLS if decision.source == "lookup" else self.pools  # a mixed step drafts: within kmax
@@ -214,12 +216,12 @@ class MtpPlannedPolicy:
             drafted = [0 if c else k for c, k in zip(copying, plan.depths)]
             drafts = _draft(runner, seqs, replace(plan, depths=tuple(drafted)))  # the others' MTP drafts
             return [Draft(copy[:k], []) if c else d for c, copy, k, d in zip(copying, self._copies, plan.depths, drafts)]
-        width, deepest, floor = len(seqs), max(plan.depths, default=0), int(self.probing)
+        deepest, floor = max(plan.depths, default=0), int(self.probing)
         previous = _previous_firsts(seqs)
 
         def replan(drafted: int, drafts: list[Draft]) -> int:
-            confidences = [d.confidences for d in drafts]
-            return max(floor, self.state.plan(width, confidences, deepest, drafted, previous).k)
+            facts = [PlanSeq(d.confidences, first) for d, first in zip(drafts, previous, strict=True)]
+            return max(floor, self.state.plan(facts, deepest, drafted).k)
 
         return _draft(runner, seqs, plan, replan)
 

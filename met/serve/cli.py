@@ -26,6 +26,7 @@ from met.serve.app import Service, create_app
 from met.serve.auth import DEFAULT_TENANT, KeyRing, KeysFileError, read_keys_file
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 from met.speculative.spec_cost import SpecCostState
+from met.speculative.spec_cost.plan import unknown
 
 COST_MODELS = ("static", "measured")
 ENERGY = ("auto", "nvml", "rapl", "none")
@@ -217,7 +218,7 @@ def _banner(service: Service, recipe_id: str, host: str, port: int, settings: Ru
     if cost_state is not None:
         key = cost_state.table.key
         widths = sorted({1, sched.runner.cache.max_batch})
-        plans = "; ".join(f"width {n}: {cost_state.plan(n, kmax=sched.policy.kmax(n)).why}" for n in widths)
+        plans = "; ".join(f"width {n}: {cost_state.plan(unknown(n), kmax=sched.policy.kmax(n)).why}" for n in widths)
         when = measured_ago(cost_state.table.meta)
         others = " and from the tenant's other requests" if sched.policy.copies.shared_ngram else ""
         copies = (f"weighing copies from each history{others} (the calibration's prompt-lookup bins; up to "

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from met.bench.tables_cli import measured_ago, tables_app
 from met.exit_codes import EX_DATAERR, EX_NOINPUT, EX_OK
 from met.speculative.spec_cost import AcceptanceCalibration, CostTable, DrafterKey
+from met.speculative.spec_cost.plan import unknown
 
 runner = CliRunner()
 
@@ -443,7 +444,7 @@ def test_show_marks_the_depth_the_serve_plans_with_the_verify_pools_clamp(lift):
         table, cal = CostTable.parse(path.read_text()), AcceptanceCalibration.parse(cal_path.read_text())
         state = SpecCostState(table, cal, 0.1, table.key, cal.drafter)
         policy = MtpPlannedPolicy(state, table.kmax, pools)  # the serve's policy, as met serve builds it
-        serve = {n: state.plan(n, kmax=policy.kmax(n)).k for n in table.widths}  # its banner's plans
+        serve = {n: state.plan(unknown(n), kmax=policy.kmax(n)).k for n in table.widths}  # its banner's plans
         args = ["show", str(path), "--calibration", str(cal_path)] + (["--lift-wide-tier"] if lift else [])
         result = tables(*args)
         assert result.exit_code == EX_OK, result.output

@@ -22,6 +22,7 @@ from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 from met.speculative.spec_cost import (AcceptanceCalibration, CarryBin, Cell, ConfidenceBin, CostTable, DrafterKey,
                                        PositionPrior, SpecCostState, TableKey, VerifyCell)
 from met.speculative.spec_cost.lookup import LOOKUP_MAX_NGRAM, LookupBin
+from met.speculative.spec_cost.plan import unknown
 
 
 def _runner(length: int = 10, max_len: int = 128, behind: int = 1):
@@ -157,7 +158,7 @@ def test_measured_planner_uses_the_previous_steps_confidences():
     unsure = p.plan(_runner(), _seqs(1, confidences=[-5.0] * 4))
     assert sure.depth == 4 and sure.mode == "mtp" and sure.decision is not None
     assert unsure.depth == 0 and unsure.mode == "plain"
-    assert p.plan(_runner(), _seqs(1)).decision.k == _state().plan(1).k
+    assert p.plan(_runner(), _seqs(1)).decision.k == _state().plan(unknown(1)).k
 
 
 def test_measured_planner_reads_the_previous_first_draft_through_the_carryover_not_the_own_confidence_bins():
@@ -170,7 +171,7 @@ def test_measured_planner_reads_the_previous_first_draft_through_the_carryover_n
     assert p.plan(_runner(), _seqs(1, confidences=[-0.01, -5.0, -5.0])).depth == 4
     # without a carry-over the first plan reads the position priors (0.5 here), whatever the confidences
     bare = MtpPlannedPolicy(_state(carryover=[]), 4, DEFAULT_POOLS)
-    priors_only = _state(carryover=[]).plan(1).k
+    priors_only = _state(carryover=[]).plan(unknown(1)).k
     assert {bare.plan(_runner(), _seqs(1, confidences=c)).decision.k for c in ([-5.0], [-0.01], [])} == {priors_only}
 
 

@@ -15,7 +15,8 @@ from met.speculative.catchup import catchup_groups
 from met.speculative.spec_capacity import DEFAULT_POOLS
 from met.speculative.spec_cost import (AcceptanceCalibration, CarryBin, Cell, CostTable, DrafterKey, PositionPrior,
                                        SpecCostState, TableKey)
-from met.speculative.spec_cost.plan import _catch_up_share, drafting_saving, estimate_depths, plan_depth, probe_pays
+from met.speculative.spec_cost.plan import (PlanSeq, _catch_up_share, drafting_saving, estimate_depths, plan_depth,
+                                            probe_pays)
 
 KEY = TableKey("cpu-test-1t", "r@d", "none", {"decode": "a", "verify": "b", "draft_mtp": "c"})
 MTP = DrafterKey("mtp", "r", "d")
@@ -99,7 +100,7 @@ def test_a_sequence_with_nothing_to_catch_up_is_in_no_pass():
     # behind (which the runner cannot draft for) is caught up alone: 8 rows past the 2 at 0.1 ms
     t = CostTable(KEY, [Cell(n, k, v, d, catchup_s=n * 1e-4 if k else None) for n in (1, 16)
                         for k, (v, d) in enumerate(HAND)])
-    est = estimate_depths(t, SURE, 2, None, behind=[10, 0], remaining=[1, 100])
+    est = estimate_depths(t, SURE, [PlanSeq(behind=10, remaining=1), PlanSeq(behind=0, remaining=100)])
     assert est[1].wall_s - (0.011 + 0.002) == pytest.approx(8 * 1e-4)
 
 
@@ -162,6 +163,6 @@ def test_a_catch_up_share_is_finite_never_negative_and_never_rises_with_the_toke
     share = _catch_up_share(t, k, passes, behind, remaining, emitted)
     later = _catch_up_share(t, k, passes, behind, [r + more for r in remaining], emitted)
     assert math.isfinite(share) and 0.0 <= later <= share * (1 + 1e-12)
-    for e in estimate_depths(t, cal, width, None, behind=behind, remaining=remaining):
+    for e in estimate_depths(t, cal, [PlanSeq(behind=b, remaining=r) for b, r in zip(behind, remaining)]):
         assert math.isfinite(e.wall_s) and e.wall_s > 0 and math.isfinite(e.tokens_per_s)
-    assert plan_depth(t, cal, width, None, 0.5, behind=behind, remaining=remaining).k <= t.kmax
+    assert plan_depth(t, cal, [PlanSeq(behind=b, remaining=r) for b, r in zip(behind, remaining)], 0.5).k <= t.kmax

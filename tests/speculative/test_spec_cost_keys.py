@@ -19,6 +19,7 @@ from met.speculative.spec_cost import (
     TableKey,
     TableParseError,
 )
+from met.speculative.spec_cost.plan import unknown
 
 TABLE_KEY = TableKey("nvidia-h200x1", "met-tiny-py@abc", "nvml", {"decode": "d1", "verify": "v1", "draft_mtp": "m1"})
 MTP = DrafterKey("mtp", "met-tiny-py-mtp", "abc")
@@ -124,7 +125,7 @@ def test_state_builds_from_matching_keys_and_plans():
     # Half the 200 drafts accepted, so one draft is worth 1.5 tokens: 1.5 / 0.012 s = 125 tok/s and
     # 1.5 / 1.2 J = 1.25 tok/J at depth 1, against 100 tok/s and 1.0 tok/J plain: depth 1 on both counts.
     state = SpecCostState(small_table(), calibration(), 0.1, serve_key(), MTP)
-    decision = state.plan(1)
+    decision = state.plan(unknown(1))
     assert decision.k == 1
     assert decision.tokens_per_s == pytest.approx(125.0) and decision.tokens_per_j == pytest.approx(1.25)
 

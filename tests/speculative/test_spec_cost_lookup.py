@@ -7,7 +7,7 @@ from met.speculative.spec_cost import (AcceptanceCalibration, Cell, CostTable, D
 from met.speculative.spec_cost.lookup import (FIT_DEPTH, FIT_EDGES, LOOKUP_MAX_NGRAM, SHARED_MIN_NGRAM, LookupBin,
                                               copy_accepted_by_depth, copy_lengths, fit_lookup, fit_shared_lookup,
                                               judged_copies, judged_shared_copies, shared_copy_params)
-from met.speculative.spec_cost.plan import estimate_copies, plan_depth
+from met.speculative.spec_cost.plan import PlanSeq, estimate_copies, plan_depth, unknown
 
 DRAFTER = DrafterKey("mtp", "r", "d")
 
@@ -133,19 +133,19 @@ def test_the_planner_copies_when_a_copy_costs_its_verify_alone_and_expects_enoug
     # the module docstring's example: plain 2.5 ms; drafting 3 costs 4.2 + 2.4 ms for 2.7 tokens
     table = _table([2.5, 3.4, 3.8, 4.2], [0.0, 1.1, 1.7, 2.4])
     cal = AcceptanceCalibration(DRAFTER, 0.57, 1000, position_priors=[])
-    drafting = plan_depth(table, cal, 1, None, 0.0)
-    strong = [[0.0, 0.8, 1.4, 1.9]]
-    copying = plan_depth(table, cal, 1, None, 0.0, copies=strong)
+    drafting = plan_depth(table, cal, unknown(1), 0.0)
+    strong = [PlanSeq(copy=[0.0, 0.8, 1.4, 1.9])]
+    copying = plan_depth(table, cal, strong, 0.0)
     assert copying.source == "lookup" and copying.k == 3 and copying.tokens_per_s == pytest.approx(2.9 / 0.0042)
     assert copying.why.startswith("copy k=3")
     assert drafting.source == "mtp"
     # a weak copy loses to plain decode: verifying it costs more than it brings
-    weak = plan_depth(table, cal, 1, None, 0.0, copies=[[0.0, 0.1, 0.15, 0.2]])
+    weak = plan_depth(table, cal, [PlanSeq(copy=[0.0, 0.1, 0.15, 0.2])], 0.0)
     assert weak.source == "mtp" and weak.k == drafting.k
     # planning again mid-step (drafts made): copies are not weighed, their drafts' cost is spent
-    assert plan_depth(table, cal, 1, None, 0.0, drafted=1, copies=strong).source == "mtp"
+    assert plan_depth(table, cal, strong, 0.0, drafted=1).source == "mtp"
     # a sequence without a copy decodes one token in a copying step
-    [e] = [e for e in estimate_copies(table, 1, [None]) if e.k == 1]
+    [e] = [e for e in estimate_copies(table, [PlanSeq()]) if e.k == 1]
     assert e.expected_tokens == 1.0 and e.wall_s == pytest.approx(0.0034)
 
 
@@ -164,19 +164,19 @@ def test_a_mixed_step_copies_where_a_copy_expects_more_and_drafts_for_the_rest()
     table = _wide_table()
     cal = AcceptanceCalibration(DRAFTER, 0.8, 1000)  # every draft accepted 0.8 of the time (no priors: overall)
     sure = [0.0, 0.99, 1.97]
-    plan = plan_depth(table, cal, 2, None, 0.0, copies=[sure, None])
+    plan = plan_depth(table, cal, [PlanSeq(copy=sure), PlanSeq()], 0.0)
     assert plan.source == "mixed" and plan.copying == (True, False) and plan.k == 2
     assert plan.why.startswith("copy 1 + draft 1 at k=2")
     assert plan.wall_s == pytest.approx(table.cell(2, 2).verify_s + table.cell(1, 2).draft_s)
     assert plan.expected_tokens == pytest.approx(2 + 1.97 + 0.8 + 0.64)
     # the same sequence far behind (a prompt's catch-up, 30 ms) drafts in a mixed step only where the
     # tokens it has left repay it: not with 20 left, yes with 10,000
-    near_end = plan_depth(table, cal, 2, None, 0.0, behind=[0, 300], remaining=[20, 20], copies=[sure, None])
+    near_end = plan_depth(table, cal, [PlanSeq(remaining=20, copy=sure), PlanSeq(behind=300, remaining=20)], 0.0)
     assert near_end.source != "mixed"
-    far = plan_depth(table, cal, 2, None, 0.0, behind=[0, 300], remaining=[20, 10_000], copies=[sure, None])
+    far = plan_depth(table, cal, [PlanSeq(remaining=20, copy=sure), PlanSeq(behind=300, remaining=10_000)], 0.0)
     assert far.source == "mixed" and far.copying == (True, False) and far.wall_s > plan.wall_s
     # at width 1 there is nothing to mix
-    assert plan_depth(table, cal, 1, None, 0.0, copies=[sure]).source == "lookup"
+    assert plan_depth(table, cal, [PlanSeq(copy=sure)], 0.0).source == "lookup"
 
 
 def test_a_copy_goes_past_the_drafters_depth_where_the_table_prices_the_verify():
@@ -186,18 +186,18 @@ def test_a_copy_goes_past_the_drafters_depth_where_the_table_prices_the_verify()
     cal = AcceptanceCalibration(DRAFTER, 0.57, 1000, position_priors=[])
     long_match = [0.0, 0.95, 1.85, 2.7, 3.5, 4.25, 4.95]  # a copy that holds ~0.95 a position, 6 deep
     # the drafter's depth alone: copy 3 deep; priced past it, the copy goes to 6 (5.95 tokens / 5.4 ms)
-    assert plan_depth(table, cal, 1, None, 0.0, copies=[long_match]).k == 3
-    deep = plan_depth(table, cal, 1, None, 0.0, copies=[long_match], copy_kmax=6)
+    assert plan_depth(table, cal, [PlanSeq(copy=long_match)], 0.0).k == 3
+    deep = plan_depth(table, cal, [PlanSeq(copy=long_match)], 0.0, copy_kmax=6)
     assert (deep.source, deep.k) == ("lookup", 6) and deep.tokens_per_s == pytest.approx(5.95 / 0.0054)
     # never deeper than the verify cells price, whatever copy_kmax asks
-    assert [e.k for e in estimate_copies(table, 1, [long_match + [5.6] * 4], 9)] == [1, 2, 3, 4, 5, 6]
+    assert [e.k for e in estimate_copies(table, [PlanSeq(copy=long_match + [5.6] * 4)], kmax=9)] == [1, 2, 3, 4, 5, 6]
     # a short match's copy stops where a further position no longer pays for its verify
     short = [0.0, 0.5, 0.75, 0.875, 0.94, 0.97, 0.98]
-    assert plan_depth(table, cal, 1, None, 0.0, copies=[short], copy_kmax=6).k < 6
+    assert plan_depth(table, cal, [PlanSeq(copy=short)], 0.0, copy_kmax=6).k < 6
 
 
 def test_a_mixed_step_goes_no_deeper_than_the_copies_go():
     # copies 1 deep (a narrow copy pool) under a table drafting 2 deep: the mixed step is weighed at k = 1 only
     cal = AcceptanceCalibration(DRAFTER, 0.8, 1000)
-    plan = plan_depth(_wide_table(), cal, 2, None, 0.0, copies=[[0.0, 0.99], None], copy_kmax=1)
+    plan = plan_depth(_wide_table(), cal, [PlanSeq(copy=[0.0, 0.99]), PlanSeq()], 0.0, copy_kmax=1)
     assert plan.source == "mixed" and plan.k == 1 and plan.copying == (True, False)

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from met.speculative.spec_cost import (AcceptanceCalibration, CarryBin, Cell, CostTable, DrafterKey, PositionPrior,
                                        TableKey)
-from met.speculative.spec_cost.plan import choose, drafting_saving, estimate_depths, plan_depth, probe_pays
+from met.speculative.spec_cost.plan import (PlanSeq, choose, drafting_saving, estimate_depths, plan_depth, probe_pays,
+                                            unknown)
 
 MTP = DrafterKey("mtp", "met-tiny-py-mtp", "abc")
 METERED = TableKey("nvidia-h200x1", "met-tiny-py@abc", "nvml", {"decode": "d", "verify": "v", "draft_mtp": "m"})
@@ -49,17 +50,17 @@ HAND = [(0.010, 0.0, 2.0, 0.0), (0.011, 0.002, 2.0, 0.1), (0.012, 0.004, 2.0, 0.
 
 @pytest.mark.parametrize(("slack", "k"), [(0.0, 1), (0.05, 2), (0.08, 2), (0.09, 3), (0.5, 3)])
 def test_hand_computed_example(slack, k):
-    decision = plan_depth(table(HAND), calibration(80, 50), 1, None, slack)
+    decision = plan_depth(table(HAND), calibration(80, 50), unknown(1), slack)
     assert decision.k == k
 
 
 def test_hand_computed_figures():
-    estimates = estimate_depths(table(HAND), calibration(80, 50), 1, None)
+    estimates = estimate_depths(table(HAND), calibration(80, 50), unknown(1))
     assert [e.expected_tokens for e in estimates] == pytest.approx([1.0, 1.8, 2.2, 2.4])
     assert [e.wall_s for e in estimates] == pytest.approx([0.010, 0.013, 0.016, 0.019])
     assert [e.energy_j for e in estimates] == pytest.approx([2.0, 2.1, 2.2, 2.3])
     assert [e.tokens_per_s for e in estimates] == pytest.approx([100.0, 138.4615, 137.5, 126.3158], rel=1e-5)
-    decision = plan_depth(table(HAND), calibration(80, 50), 1, None, 0.05)
+    decision = plan_depth(table(HAND), calibration(80, 50), unknown(1), 0.05)
     assert decision.tokens_per_s == pytest.approx(137.5) and decision.tokens_per_j == pytest.approx(1.0)
     assert decision.why.startswith("k=2: the most tokens/J")
 
@@ -70,7 +71,7 @@ def test_tokens_sum_over_sequences_and_use_confidences_then_priors():
     # 1 + 0.9 + 0.45 = 2.35. Together 5.06 tokens.
     cal = calibration(80, 50, confident=90)
     t = table(HAND, n=2)
-    est = estimate_depths(t, cal, 2, [[HIGH, HIGH], [HIGH]])
+    est = estimate_depths(t, cal, [PlanSeq([HIGH, HIGH]), PlanSeq([HIGH])])
     assert est[2].expected_tokens == pytest.approx(5.06)
     assert est[0].expected_tokens == 2.0  # k = 0 emits exactly one token per sequence
 
@@ -83,10 +84,8 @@ def test_the_first_plan_reads_each_sequences_previous_first_draft_through_the_ca
     rows += [(None, i < a, pos, HIGH) for pos, a in enumerate((60, 30), 1) for i in range(100)]
     cal = AcceptanceCalibration.fit(rows, MTP)
     assert cal.carryover[0].p_accept == (0.6, 0.3)
-    est = estimate_depths(table(HAND, n=2), cal, 2, None, previous=[HIGH, None])
+    est = estimate_depths(table(HAND, n=2), cal, [PlanSeq(previous=HIGH), PlanSeq()])
     assert est[2].expected_tokens == pytest.approx(1.78 + 1.98)
-    with pytest.raises(ValueError, match="1 previous confidences for a step of width 2"):
-        estimate_depths(table(HAND, n=2), cal, 2, None, previous=[HIGH])
 
 
 def test_a_first_plan_spreads_a_sequences_catch_up_over_the_steps_it_has_left():
@@ -96,20 +95,21 @@ def test_a_first_plan_spreads_a_sequences_catch_up_over_the_steps_it_has_left():
     # 99.6 tok/s, and k = 2 (99.2) too fall below plain decode's 100: k = 0.
     t = CostTable(METERED, [Cell(1, k, *row, catchup_s=1e-4 if k else None) for k, row in enumerate(HAND)])
     cal = calibration(80, 50)
-    far = estimate_depths(t, cal, 1, None, behind=[256], remaining=[180])
+    far = estimate_depths(t, cal, [PlanSeq(behind=256, remaining=180)])
     assert far[1].wall_s == pytest.approx(0.013 + 254 * 1e-4 / 100)
     assert far[2].wall_s == pytest.approx(0.016 + 253 * 1e-4 / (180 / 2.2))
-    near = estimate_depths(t, cal, 1, None, behind=[256], remaining=[9])
+    near = estimate_depths(t, cal, [PlanSeq(behind=256, remaining=9)])
     assert near[1].wall_s == pytest.approx(0.013 + 254 * 1e-4 / 5)
-    assert plan_depth(t, cal, 1, None, 0.0, behind=[256], remaining=[180]).k == 1
-    assert plan_depth(t, cal, 1, None, 0.0, behind=[256], remaining=[9]).k == 0
-    assert plan_depth(t, cal, 1, None, 0.0, behind=[256], remaining=[1]).k == 0  # fewer than a step: all of it
+    assert plan_depth(t, cal, [PlanSeq(behind=256, remaining=180)], 0.0).k == 1
+    assert plan_depth(t, cal, [PlanSeq(behind=256, remaining=9)], 0.0).k == 0
+    assert plan_depth(t, cal, [PlanSeq(behind=256, remaining=1)], 0.0).k == 0  # fewer than a step: all of it
     # caught up (a drafting step leaves at most k + 1 rows), mid-step, or behind/remaining unknown: not priced
-    assert estimate_depths(t, cal, 1, None, behind=[2], remaining=[2])[1].wall_s == 0.013
-    assert estimate_depths(t, cal, 1, None, drafted=1, behind=[256], remaining=[2])[1].wall_s == 0.013
-    assert estimate_depths(t, cal, 1, None, behind=[256])[1].wall_s == 0.013
-    with pytest.raises(ValueError, match="2 behind counts for a step of width 1"):
-        estimate_depths(t, cal, 1, None, behind=[256, 0], remaining=[1])
+    assert estimate_depths(t, cal, [PlanSeq(behind=2, remaining=2)])[1].wall_s == 0.013
+    assert estimate_depths(t, cal, [PlanSeq(behind=256, remaining=2)], drafted=1)[1].wall_s == 0.013
+    assert estimate_depths(t, cal, [PlanSeq(behind=256)])[1].wall_s == 0.013
+    # a step where one sequence's tokens left are unknown prices no catch-up, as one where none are known
+    two = CostTable(METERED, [Cell(2, k, *row, catchup_s=1e-4 if k else None) for k, row in enumerate(HAND)])
+    assert estimate_depths(two, cal, [PlanSeq(behind=256, remaining=180), PlanSeq(behind=256)])[1].wall_s == 0.013
 
 
 def test_a_catch_up_is_priced_by_the_pass_the_runner_runs_it_in():
@@ -121,7 +121,8 @@ def test_a_catch_up_is_priced_by_the_pass_the_runner_runs_it_in():
                             for k, row in enumerate(HAND)])
     cal = calibration(80, 50)
     def wall(behind):
-        return estimate_depths(t, cal, 16, None, behind=behind, remaining=[1] * 16)[1].wall_s - (0.011 + 0.002)  # HAND[1]: verify + draft
+        est = estimate_depths(t, cal, [PlanSeq(behind=b, remaining=1) for b in behind])
+        return est[1].wall_s - (0.011 + 0.002)  # HAND[1]: verify + draft
     assert wall([256] + [2] * 15) == pytest.approx(254 * 1e-4)
     # all 16 a prompt behind share one pass, 254 rows past the 2: 25.4 ms for the step, not 16 times that
     assert wall([256] * 16) == pytest.approx(254 * 1e-4)
@@ -150,47 +151,47 @@ def test_ties_go_to_the_smaller_depth():
     # k = 0: 1 token / 0.5 s = 2 tok/s, 1 token / 1 J. k = 1 at p = 0.5: 1.5 / 0.75 s = 2 tok/s and
     # 1.5 / 1.5 J = 1 tok/J: an exact tie (binary fractions) in both, so k = 0.
     rows = [(0.5, 0.0, 1.0, 0.0), (0.5, 0.25, 1.0, 0.5)]
-    assert plan_depth(table(rows), calibration(50), 1, None, 0.0).k == 0
-    assert plan_depth(table(rows, NO_METER), calibration(50), 1, None, 0.0).k == 0
+    assert plan_depth(table(rows), calibration(50), unknown(1), 0.0).k == 0
+    assert plan_depth(table(rows, NO_METER), calibration(50), unknown(1), 0.0).k == 0
 
 
 def test_a_tie_between_deeper_depths_goes_to_the_smaller_one():
     # Position 1 always accepted, position 2 never: k = 1 and k = 2 both emit 2 tokens at the same
     # cost (4 tok/s, 4/3 tok/J), both beating k = 0 (2 tok/s, 1 tok/J): k = 1.
     rows = [(0.5, 0.0, 1.0, 0.0), (0.25, 0.25, 1.0, 0.5), (0.25, 0.25, 1.0, 0.5)]
-    assert plan_depth(table(rows), calibration(100, 0), 1, None, 0.0).k == 1
-    assert plan_depth(table(rows, NO_METER), calibration(100, 0), 1, None, 0.0).k == 1
+    assert plan_depth(table(rows), calibration(100, 0), unknown(1), 0.0).k == 1
+    assert plan_depth(table(rows, NO_METER), calibration(100, 0), unknown(1), 0.0).k == 1
 
 
 def test_worthless_drafts_give_depth_zero():
     # Nothing is ever accepted: every depth emits 1 token at a higher cost than k = 0.
-    assert plan_depth(table(HAND), calibration(0, 0), 1, None, 0.5).k == 0
-    assert plan_depth(table(HAND, NO_METER), calibration(0, 0), 1, None, 0.5).k == 0
+    assert plan_depth(table(HAND), calibration(0, 0), unknown(1), 0.5).k == 0
+    assert plan_depth(table(HAND, NO_METER), calibration(0, 0), unknown(1), 0.5).k == 0
 
 
 def test_flat_verify_and_high_acceptance_go_deep():
     # Verify costs the same at every depth, drafts are nearly free, 95% accepted: the deepest pays.
     rows = [(0.01, 1e-4 * k, 2.0, 1e-3 * k) for k in range(5)]
-    assert plan_depth(table(rows), calibration(95, 95, 95, 95), 1, None, 0.0).k == 4
-    assert plan_depth(table(rows, NO_METER), calibration(95, 95, 95, 95), 1, None, 0.0).k == 4
+    assert plan_depth(table(rows), calibration(95, 95, 95, 95), unknown(1), 0.0).k == 4
+    assert plan_depth(table(rows, NO_METER), calibration(95, 95, 95, 95), unknown(1), 0.0).k == 4
 
 
 def test_without_energy_it_plans_by_tokens_per_second_and_says_so():
     # HAND without joules: k = 1 is the fastest, and slack buys nothing to spend.
-    decision = plan_depth(table(HAND, NO_METER), calibration(80, 50), 1, None, 0.5)
+    decision = plan_depth(table(HAND, NO_METER), calibration(80, 50), unknown(1), 0.5)
     assert (decision.k, decision.energy_j, decision.tokens_per_j) == (1, None, None)
     assert "tokens/s alone" in decision.why
 
 
 def test_kmax_caps_the_depth_and_inputs_are_checked():
-    assert plan_depth(table(HAND), calibration(80, 50), 1, None, 0.5, kmax=2).k == 2
-    assert plan_depth(table(HAND), calibration(80, 50), 1, None, 0.5, kmax=99).k == 3  # the table's deepest
-    with pytest.raises(ValueError, match="2 sequences of confidences for a step of width 1"):
-        plan_depth(table(HAND), calibration(80, 50), 1, [[], []], 0.0)
+    assert plan_depth(table(HAND), calibration(80, 50), unknown(1), 0.5, kmax=2).k == 2
+    assert plan_depth(table(HAND), calibration(80, 50), unknown(1), 0.5, kmax=99).k == 3  # the table's deepest
+    with pytest.raises(ValueError, match="a step of no sequences"):
+        plan_depth(table(HAND), calibration(80, 50), [], 0.0)
     with pytest.raises(ValueError, match="slack"):
-        plan_depth(table(HAND), calibration(80, 50), 1, None, 1.0)
+        plan_depth(table(HAND), calibration(80, 50), unknown(1), 1.0)
     with pytest.raises(ValueError, match="negative"):
-        plan_depth(table(HAND), calibration(80, 50), 1, None, 0.0, kmax=-1)
+        plan_depth(table(HAND), calibration(80, 50), unknown(1), 0.0, kmax=-1)
 
 
 LOW = math.log(0.1)
@@ -205,17 +206,17 @@ def test_planning_again_mid_step_counts_the_spent_drafts_and_their_confidences()
     t = table(HAND, NO_METER)
     # Two LOW drafts: k = 1 gives 1.1 / 0.015 = 73.3 tok/s, the best (k = 0: 71.4, k = 2: 1.11 / 0.016 = 69.4):
     # keep one of the two. Before drafting, the same confidences would have meant no drafts (k = 0: 100 tok/s).
-    assert [e.wall_s for e in estimate_depths(t, cal, 1, [[LOW, LOW]], drafted=2)] == pytest.approx(
+    assert [e.wall_s for e in estimate_depths(t, cal, [PlanSeq([LOW, LOW])], drafted=2)] == pytest.approx(
         [0.014, 0.015, 0.016, 0.019])
-    assert plan_depth(t, cal, 1, [[LOW, LOW]], 0.0, drafted=2).k == 1
-    assert plan_depth(t, cal, 1, [[LOW, LOW]], 0.0).k == 0
+    assert plan_depth(t, cal, [PlanSeq([LOW, LOW])], 0.0, drafted=2).k == 1
+    assert plan_depth(t, cal, [PlanSeq([LOW, LOW])], 0.0).k == 0
     # Two HIGH drafts: k = 2 gives 2.71 / 0.016 = 169.4 tok/s; a third at the prior 0.5 gives
     # (2.71 + 0.81 * 0.5) / 0.019 = 163.9: stop at 2.
-    assert plan_depth(t, cal, 1, [[HIGH, HIGH]], 0.0, drafted=2).k == 2
+    assert plan_depth(t, cal, [PlanSeq([HIGH, HIGH])], 0.0, drafted=2).k == 2
     # One LOW draft: k = 1 (1.1 / 0.013 = 84.6) beats drafting on (k = 2: 1.15 / 0.016 = 71.9) and k = 0 (83.3).
-    assert plan_depth(t, cal, 1, [[LOW]], 0.0, drafted=1).k == 1
+    assert plan_depth(t, cal, [PlanSeq([LOW])], 0.0, drafted=1).k == 1
     with pytest.raises(ValueError, match="drafted 4 is not in 0..=3"):
-        plan_depth(t, cal, 1, None, 0.0, drafted=4)
+        plan_depth(t, cal, unknown(1), 0.0, drafted=4)
 
 
 # -- properties over random tables and calibrations -------------------------------------------------
@@ -225,7 +226,7 @@ costs = st.floats(min_value=1e-4, max_value=10.0)
 
 @st.composite
 def situations(draw):
-    """A random table (1-3 widths, depth 0..=4), calibration, width and confidences."""
+    """A random table (1-3 widths, depth 0..=4), calibration, width and its sequences (confidences, or none)."""
     key = draw(st.sampled_from([METERED, NO_METER]))
     widths = draw(st.lists(st.integers(1, 32), min_size=1, max_size=3, unique=True))
     kmax = draw(st.integers(0, 4))
@@ -236,15 +237,16 @@ def situations(draw):
     width = draw(st.integers(1, 40))
     conf = st.lists(st.floats(min_value=-10.0, max_value=0.0), max_size=5)
     confidences = draw(st.none() | st.lists(conf, min_size=width, max_size=width))
-    return CostTable(key, cells), calibration(*accepted, confident=draw(st.integers(0, 100))), width, confidences
+    seqs = unknown(width) if confidences is None else [PlanSeq(c) for c in confidences]
+    return CostTable(key, cells), calibration(*accepted, confident=draw(st.integers(0, 100))), width, seqs
 
 
 @given(situations(), st.floats(0.0, 0.99))
 def test_choice_is_deterministic_and_within_the_tokens_per_second_bound(situation, slack):
-    t, cal, width, confidences = situation
-    decision = plan_depth(t, cal, width, confidences, slack)
-    assert decision == plan_depth(t, cal, width, confidences, slack)
-    estimates = estimate_depths(t, cal, width, confidences)
+    t, cal, width, seqs = situation
+    decision = plan_depth(t, cal, seqs, slack)
+    assert decision == plan_depth(t, cal, seqs, slack)
+    estimates = estimate_depths(t, cal, seqs)
     best = max(e.tokens_per_s for e in estimates)
     assert decision.tokens_per_s >= (1 - slack) * best
     if t.has_energy:
@@ -258,9 +260,9 @@ def test_choice_is_deterministic_and_within_the_tokens_per_second_bound(situatio
 @given(situations(), st.floats(0.0, 0.99), st.floats(0.0, 0.99))
 def test_more_slack_never_costs_joules(situation, a, b):
     # Slack only widens the set of depths allowed, so tokens/J can only rise with it.
-    t, cal, width, confidences = situation
+    t, cal, width, seqs = situation
     low, high = sorted((a, b))
-    tight, loose = plan_depth(t, cal, width, confidences, low), plan_depth(t, cal, width, confidences, high)
+    tight, loose = plan_depth(t, cal, seqs, low), plan_depth(t, cal, seqs, high)
     if t.has_energy:
         assert loose.tokens_per_j >= tight.tokens_per_j
 
@@ -268,10 +270,10 @@ def test_more_slack_never_costs_joules(situation, a, b):
 @given(situations(), st.integers(0, 4))
 def test_planning_mid_step_only_adds_the_spent_drafts_to_shallower_depths(situation, drafted):
     # depths at or past `drafted` cost what they cost before drafting; shallower ones carry the spent drafts
-    t, cal, width, confidences = situation
+    t, cal, width, seqs = situation
     drafted = min(drafted, t.kmax)
-    fresh = estimate_depths(t, cal, width, confidences)
-    mid = estimate_depths(t, cal, width, confidences, drafted=drafted)
+    fresh = estimate_depths(t, cal, seqs)
+    mid = estimate_depths(t, cal, seqs, drafted=drafted)
     spent = t.cell(width, drafted).draft_s
     for f, m in zip(fresh, mid):
         assert m.expected_tokens == f.expected_tokens
@@ -283,6 +285,6 @@ def test_planning_mid_step_only_adds_the_spent_drafts_to_shallower_depths(situat
 
 def test_choose_prefers_the_first_of_equals():
     # choose() is the rule alone: equal estimates at k = 0 and 1 resolve to 0.
-    e = estimate_depths(table([(0.5, 0.0, 1.0, 0.0), (0.5, 0.25, 1.0, 0.5)]), calibration(50), 1, None)
+    e = estimate_depths(table([(0.5, 0.0, 1.0, 0.0), (0.5, 0.25, 1.0, 0.5)]), calibration(50), unknown(1))
     assert choose(e, 0.0).k == 0
     assert choose(list(reversed(e)), 0.0).k == 0

@@ -7,6 +7,11 @@ verified, never which token is emitted.
 Worked example (one sequence, no confidences, every prior 0.5): at k = 2 the expected emitted
 tokens are 1 + (0.5 + 0.5 * 0.5) = 1.75; with verify 10 ms + draft 2 ms that is 145.8 tok/s.
 
+What the planner knows of each sequence of the step is one record, PlanSeq: its drafts'
+confidences so far, its previous step's first-draft confidence, how far its MTP block is behind,
+the tokens it has left and its copy from the history. A sequence it knows nothing of is PlanSeq()
+(`unknown(width)` for a whole step).
+
 Planning before a step's first draft: nothing of this step is known yet, so each sequence's
 expectation comes from the calibration's carry-over of its previous step's first draft
 (`previous`), or from the position priors where it has none.
@@ -27,7 +32,7 @@ draft(max(k, drafted)). A choice below `drafted` verifies fewer of the drafts al
 choice above it drafts on.
 
 Copying instead of drafting: where the calibration has prompt lookup's rates, a first plan may
-also be given each sequence's copy from its history (`copies`: the expected accepted drafts of
+also be given each sequence's copy from its history (`copy`: the expected accepted drafts of
 its copy at every depth, calibration.copy_accepted_by_depth). A copy costs its verify alone: a
 step that copies k deep costs the verify of copies the table measured there (its verify cell,
 CostTable.verify_cell), else the cell's verify_s (verify_j), no draft_s, and expects the copies'
@@ -72,6 +77,22 @@ class DepthEstimate(NamedTuple):
     copying: tuple[bool, ...] = ()  # "lookup", "mixed": per sequence, whether it copies
 
 
+class PlanSeq(NamedTuple):
+    """One sequence of a step as the planner sees it; every field may be left out (PlanSeq(): the priors alone)."""
+
+    confidences: Sequence[float | None] = ()  # its drafts' top-1 log-probs this step, in chain order (a replan's)
+    previous: float | None = None  # its previous step's first-draft top-1 log-prob (None: plain, or none)
+    behind: int = 0  # MTP rows its block is behind (0: none to catch up, or a sequence the step will not draft for)
+    remaining: int | None = None  # tokens it may still emit (None: unknown, and then no catch-up is priced)
+    copy: Sequence[float] | None = None  # a first plan's copy from its history: expected accepted drafts at depths
+    # 0, 1, ... (calibration.copy_accepted_by_depth); None: no copy
+
+
+def unknown(width: int) -> tuple[PlanSeq, ...]:
+    """A step of `width` sequences the planner knows nothing of (a table's plan as a banner shows it)."""
+    return (PlanSeq(),) * width
+
+
 class PlanDecision(NamedTuple):
     """The planner's choice of depth k, the figures it was chosen on, and the depth with the most tokens/s."""
 
@@ -107,64 +128,52 @@ def _named(source: str, k: int, copying: Sequence[bool]) -> str:
     return f"k={k}"
 
 
-def estimate_depths(table: CostTable, calibration: AcceptanceCalibration, width: int,
-                    confidences: Sequence[Sequence[float | None]] | None,
-                    kmax: int | None = None, drafted: int = 0,
-                    previous: Sequence[float | None] | None = None,
-                    behind: Sequence[int] | None = None, remaining: Sequence[int] | None = None) -> list[DepthEstimate]:
-    """The expected tokens, wall, energy and their rates of each depth 0..=kmax at this width.
+def estimate_depths(table: CostTable, calibration: AcceptanceCalibration, seqs: Sequence[PlanSeq],
+                    kmax: int | None = None, drafted: int = 0) -> list[DepthEstimate]:
+    """The expected tokens, wall, energy and their rates of each depth 0..=kmax for a step of these sequences.
 
     (_estimate_depths, which also gives each sequence's expected accepted drafts by depth.)
     """
-    return _estimate_depths(table, calibration, width, confidences, kmax, drafted, previous, behind, remaining)[0]
+    return _estimate_depths(table, calibration, seqs, kmax, drafted)[0]
 
 
-def _estimate_depths(table: CostTable, calibration: AcceptanceCalibration, width: int,
-                     confidences: Sequence[Sequence[float | None]] | None,
-                     kmax: int | None = None, drafted: int = 0,
-                     previous: Sequence[float | None] | None = None,
-                     behind: Sequence[int] | None = None, remaining: Sequence[int] | None = None,
-                     ) -> tuple[list[DepthEstimate], list[list[float]]]:
+def _estimate_depths(table: CostTable, calibration: AcceptanceCalibration, seqs: Sequence[PlanSeq],
+                     kmax: int | None = None, drafted: int = 0) -> tuple[list[DepthEstimate], list[list[float]]]:
     """estimate_depths' estimates, and each sequence's expected accepted drafts at depths 0..=kmax.
 
-    `confidences[i]` are sequence i's drafts' top-1 log-probs in chain order; drafts past the
-    end of its list (or all, when `confidences` is None) use the calibration's carry-over of
-    `previous[i]`, the top-1 log-prob of sequence i's previous first draft (None, or all when
-    `previous` is None: the position priors).
+    A sequence's `confidences` are its drafts' top-1 log-probs in chain order; drafts past the end
+    of them use the calibration's carry-over of `previous`, the top-1 log-prob of its previous
+    first draft (None: the position priors).
     `drafted`: drafts this step has already made (their draft cost counts at every depth).
-    `behind[i]`, `remaining[i]`: rows sequence i's MTP block is behind and tokens it may still
-    emit; with both, and a table that measured catchup_s, a first plan (drafted = 0) prices the
-    catch-up spread over the request's steps left (the module's docstring). A sequence 0 rows
-    behind is in no catch-up pass (the runner drafts for none such): pass 0 for one the step
-    will not draft for (its last token, no KV room), so its catch-up is not this step's cost.
+    `behind`, `remaining`: rows a sequence's MTP block is behind and tokens it may still emit;
+    when every sequence's remaining is known and the table measured catchup_s, a first plan
+    (drafted = 0) prices the catch-up spread over the request's steps left (the module's
+    docstring). A sequence 0 rows behind is in no catch-up pass (the runner drafts for none such):
+    give 0 for one the step will not draft for (its last token, no KV room), so its catch-up is not
+    this step's cost.
     """
-    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-        raise ValueError(f"width {width!r} is not a positive whole number")
-    if confidences is not None and len(confidences) != width:
-        raise ValueError(f"{len(confidences)} sequences of confidences for a step of width {width}")
-    if previous is not None and len(previous) != width:
-        raise ValueError(f"{len(previous)} previous confidences for a step of width {width}")
-    for name, values in (("behind", behind), ("remaining", remaining)):
-        if values is not None and len(values) != width:
-            raise ValueError(f"{len(values)} {name} counts for a step of width {width}")
+    width = len(seqs)
+    if not width:
+        raise ValueError("a step of no sequences has no depth to plan")
     deepest = table.kmax if kmax is None else min(kmax, table.kmax)
     if deepest < 0:
         raise ValueError(f"kmax {kmax} is negative")
     if isinstance(drafted, bool) or not isinstance(drafted, int) or not 0 <= drafted <= deepest:
         raise ValueError(f"drafted {drafted!r} is not in 0..={deepest}")
-    chains = confidences if confidences is not None else [()] * width
-    befores = previous if previous is not None else [None] * width
     # Each sequence emits its accepted drafts plus the one bonus token; k = 0 emits exactly 1.
     tokens_at = [float(width)] * (deepest + 1)
     per_seq = []  # each sequence's expected accepted drafts at every depth
-    for chain, before in zip(chains, befores):
-        per_seq.append(calibration.expected_accepted_by_depth(chain, deepest, before))
+    for s in seqs:
+        per_seq.append(calibration.expected_accepted_by_depth(s.confidences, deepest, s.previous))
         for k, accepted in enumerate(per_seq[-1]):
             tokens_at[k] += accepted
     spent = table.cell(width, drafted)
     # the most rows any sequence is behind, when this plan prices catch-ups (k + 1 rows cost nothing extra)
-    furthest = max(behind) if drafted == 0 and behind is not None and remaining is not None else 0
-    passes = _passes(behind, [b > 0 for b in behind]) if furthest > 2 else []  # as the runner will run them
+    priced = drafted == 0 and _knows_remaining(seqs)
+    furthest = max(s.behind for s in seqs) if priced else 0
+    if furthest > 2:
+        behind, remaining = [s.behind for s in seqs], [s.remaining for s in seqs]
+        passes = _passes(behind, [b > 0 for b in behind])  # as the runner will run them
     estimates = []
     for k, tokens in enumerate(tokens_at):
         cell = table.cell(width, k)
@@ -176,6 +185,11 @@ def _estimate_depths(table: CostTable, calibration: AcceptanceCalibration, width
         estimates.append(DepthEstimate(k, tokens, wall, energy, tokens / wall,
                                        None if energy is None else tokens / energy))
     return estimates, per_seq
+
+
+def _knows_remaining(seqs: Sequence[PlanSeq]) -> bool:
+    """Whether every sequence's tokens left are known: catch-ups are priced only then."""
+    return all(s.remaining is not None for s in seqs)
 
 
 def choose(estimates: Sequence[DepthEstimate], slack: float) -> PlanDecision:
@@ -205,21 +219,20 @@ def copy_depth(table: CostTable, width: int) -> int:
     return min(table.verify_depth(width), COPY_POOLS.max_drafts(width))
 
 
-def estimate_copies(table: CostTable, width: int, copies: Sequence[Sequence[float] | None],
-                    kmax: int | None = None) -> list[DepthEstimate]:
-    """The expected tokens, wall, energy and their rates of copying 1..=kmax deep at this width.
+def estimate_copies(table: CostTable, seqs: Sequence[PlanSeq], kmax: int | None = None) -> list[DepthEstimate]:
+    """The expected tokens, wall, energy and their rates of copying 1..=kmax deep for a step of these sequences.
 
-    copies[i]: sequence i's copy's expected accepted drafts at depths 0, 1, ... (at least kmax + 1
+    A sequence's `copy`: its copy's expected accepted drafts at depths 0, 1, ... (at least kmax + 1
     values; None: it has no copy, and decodes one token in the step). A copy costs the verify
     alone, no drafter pass: its verify cell's verify_s where the table measured one, else the
     cell's (as deep as the table's verify_depth at this width; kmax None: that deep).
     """
-    if len(copies) != width:
-        raise ValueError(f"{len(copies)} copies for a step of width {width}")
+    width = len(seqs)
     deepest = table.verify_depth(width) if kmax is None else min(kmax, table.verify_depth(width))
+    copies = [s.copy for s in seqs]
     for i, c in enumerate(copies):
         if c is not None and len(c) <= deepest:
-            raise ValueError(f"copies[{i}] holds {len(c)} depths; the plan needs 0..={deepest}")
+            raise ValueError(f"sequence {i}'s copy holds {len(c)} depths; the plan needs 0..={deepest}")
     estimates = []
     for k in range(1, deepest + 1):
         cell = table.verify_cell(width, k)
@@ -233,26 +246,29 @@ def estimate_copies(table: CostTable, width: int, copies: Sequence[Sequence[floa
 MIXED_BEHIND = 16  # MTP rows behind past the k + 1 a step leaves, beyond which a mixed step is weighed both ways
 
 
-def estimate_mixed(table: CostTable, width: int, copies: Sequence[Sequence[float] | None],
-                   drafting: Sequence[Sequence[float]], kmax: int | None = None,
-                   behind: Sequence[int] | None = None, remaining: Sequence[int] | None = None) -> list[DepthEstimate]:
+def estimate_mixed(table: CostTable, seqs: Sequence[PlanSeq], drafting: Sequence[Sequence[float]],
+                   kmax: int | None = None) -> list[DepthEstimate]:
     """Copying where a copy expects at least what drafting does, drafting elsewhere, at each depth 1..=kmax.
 
-    copies[i]: as estimate_copies; drafting[i]: sequence i's drafts' expected accepted at depths 0, 1, ...
-    (calibration.expected_accepted_by_depth). Two steps per depth: one where a sequence more than
-    k + 1 + MIXED_BEHIND rows behind (behind[i]) does not draft (it copies, or decodes one token),
-    and one where it does, its catch-up priced. A step costs the verify of cell(width, k), the draft
-    of cell(m, k) for the m sequences that draft, and, with `remaining`, their catch-up share (as
-    estimate_depths prices it). A step where every sequence, or none, drafts is left out: the
-    drafting and copying estimates price those; so is the second step where it equals the first.
+    A sequence's `copy`: as estimate_copies; drafting[i]: sequence i's drafts' expected accepted at
+    depths 0, 1, ... (calibration.expected_accepted_by_depth). Two steps per depth: one where a
+    sequence more than k + 1 + MIXED_BEHIND rows `behind` does not draft (it copies, or decodes one
+    token), and one where it does, its catch-up priced. A step costs the verify of cell(width, k),
+    the draft of cell(m, k) for the m sequences that draft, and, where every sequence's `remaining`
+    is known, their catch-up share (as estimate_depths prices it). A step where every sequence, or
+    none, drafts is left out: the drafting and copying estimates price those; so is the second step
+    where it equals the first.
     """
+    width = len(seqs)
     deepest = table.kmax if kmax is None else min(kmax, table.kmax)
+    copies, behind = [s.copy for s in seqs], [s.behind for s in seqs]
+    remaining = [s.remaining for s in seqs] if _knows_remaining(seqs) else None
     estimates = []
     for k, far_drafts in itertools.product(range(1, deepest + 1), (False, True)):
         gains, copying, far = [], [], False
         for i, (c, d) in enumerate(zip(copies, drafting, strict=True)):
             copy = c[k] if c is not None else 0.0
-            behind_far = behind is not None and behind[i] > k + 1 + MIXED_BEHIND
+            behind_far = behind[i] > k + 1 + MIXED_BEHIND
             copying.append((behind_far and not far_drafts) or copy >= d[k])
             far |= behind_far and not copying[-1]
             gains.append(copy if copying[-1] else d[k])
@@ -262,7 +278,7 @@ def estimate_mixed(table: CostTable, width: int, copies: Sequence[Sequence[float
         cell, drafts = table.cell(width, k), table.cell(m, k)
         tokens = width + sum(gains)
         wall = cell.verify_s + drafts.draft_s
-        if behind is not None and remaining is not None and drafts.catchup_s:
+        if remaining is not None and drafts.catchup_s:
             caught = [not c and b > 0 for c, b in zip(copying, behind)]
             wall += _catch_up_share(table, k, _passes(behind, caught), behind, remaining, [1.0 + g for g in gains])
         energy = None if cell.verify_j is None else cell.verify_j + drafts.draft_j
@@ -271,29 +287,23 @@ def estimate_mixed(table: CostTable, width: int, copies: Sequence[Sequence[float
     return estimates
 
 
-def plan_depth(table: CostTable, calibration: AcceptanceCalibration, width: int,
-               confidences: Sequence[Sequence[float | None]] | None, slack: float,
-               kmax: int | None = None, drafted: int = 0,
-               previous: Sequence[float | None] | None = None,
-               behind: Sequence[int] | None = None, remaining: Sequence[int] | None = None,
-               copies: Sequence[Sequence[float] | None] | None = None, copy_kmax: int | None = None) -> PlanDecision:
-    """The draft depth for a step of `width` sequences (kmax caps the table's deepest depth).
+def plan_depth(table: CostTable, calibration: AcceptanceCalibration, seqs: Sequence[PlanSeq], slack: float,
+               kmax: int | None = None, drafted: int = 0, copy_kmax: int | None = None) -> PlanDecision:
+    """The draft depth for a step of these sequences, one PlanSeq each (kmax caps the table's deepest depth).
 
     drafted > 0: planning again after that many drafts were made (see the module's docstring).
-    previous: each sequence's previous first-draft log-prob, for drafts without confidences.
-    behind, remaining: each sequence's MTP rows behind and tokens left, to price catch-ups.
-    copies: a first plan's copies from the histories (estimate_copies), weighed against drafting,
-    copied up to copy_kmax deep (None: kmax, or the table's kmax), past kmax as far as the table's verify cells go; a
-    mixed step both drafts and copies, so it stays within both.
+    A sequence's previous first-draft log-prob stands for drafts without confidences; its rows
+    behind and tokens left price catch-ups; its copy (a first plan's, estimate_copies) is weighed
+    against drafting, copied up to copy_kmax deep (None: kmax, or the table's kmax), past kmax as
+    far as the table's verify cells go; a mixed step both drafts and copies, so it stays within both.
     """
-    estimates, drafting = _estimate_depths(table, calibration, width, confidences, kmax, drafted, previous, behind,
-                                           remaining)
-    if copies is not None and drafted == 0 and any(c is not None for c in copies):
+    estimates, drafting = _estimate_depths(table, calibration, seqs, kmax, drafted)
+    if drafted == 0 and any(s.copy is not None for s in seqs):
         drafts = table.kmax if kmax is None else min(kmax, table.kmax)
         deepest = drafts if copy_kmax is None else copy_kmax
-        estimates += estimate_copies(table, width, copies, deepest)
-        if width > 1:  # both kinds in one step: as deep as both go
-            estimates += estimate_mixed(table, width, copies, drafting, min(drafts, deepest), behind, remaining)
+        estimates += estimate_copies(table, seqs, deepest)
+        if len(seqs) > 1:  # both kinds in one step: as deep as both go
+            estimates += estimate_mixed(table, seqs, drafting, min(drafts, deepest))
     return choose(estimates, slack)
 
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 from met.speculative.spec_cost.calibration import AcceptanceCalibration
 from met.speculative.spec_cost.keys import DrafterKey, DrafterMismatch, KeyMismatchError, TableKey
-from met.speculative.spec_cost.plan import PlanDecision, drafting_saving, plan_depth, probe_pays
+from met.speculative.spec_cost.plan import PlanDecision, PlanSeq, drafting_saving, plan_depth, probe_pays
 from met.speculative.spec_cost.table import CostTable
 
 
@@ -34,13 +34,10 @@ class SpecCostState:
         if not (isinstance(self.slack, int | float) and 0.0 <= self.slack < 1.0):
             raise ValueError(f"--spec-cost-slack {self.slack!r} is not in [0, 1)")
 
-    def plan(self, width: int, confidences: Sequence[Sequence[float | None]] | None = None,
-             kmax: int | None = None, drafted: int = 0, previous: Sequence[float | None] | None = None,
-             behind: Sequence[int] | None = None, remaining: Sequence[int] | None = None,
-             copies: Sequence[Sequence[float] | None] | None = None, copy_kmax: int | None = None) -> PlanDecision:
-        """The draft depth for a step of `width` sequences at this state's slack (the rest: plan_depth's)."""
-        return plan_depth(self.table, self.calibration, width, confidences, self.slack, kmax, drafted, previous,
-                          behind, remaining, copies, copy_kmax)
+    def plan(self, seqs: Sequence[PlanSeq], kmax: int | None = None, drafted: int = 0,
+             copy_kmax: int | None = None) -> PlanDecision:
+        """The draft depth for a step of these sequences at this state's slack (the rest: plan_depth's)."""
+        return plan_depth(self.table, self.calibration, seqs, self.slack, kmax, drafted, copy_kmax)
 
     def probe_pays(self, width: int, kmax: int, behind: Sequence[int], remaining: Sequence[int]) -> list[bool]:
         """Per sequence: whether drafting's expected saving over its tokens left repays its catch-up (plan.probe_pays).
