@@ -137,9 +137,12 @@ class HfTokenizer:
         self._fallback = _byte_tokens(self._tok.get_vocab(with_added_tokens=True)) if _has_byte_fallback(
             doc.get("decoder")) else {}
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of text, with the template's special tokens (as transformers' tokenizer(text) gives)."""
-        return self._tok.encode(text).ids
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of text, with the template's special tokens (as transformers' tokenizer(text) gives).
+
+        add_special_tokens=False: the text's own tokens only (a rendered chat prompt, which writes its own).
+        """
+        return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
 
     def decode(self, tokens: list[int]) -> str:
         """Text of tokens, special tokens skipped (as transformers' decode(..., skip_special_tokens=True))."""

@@ -37,7 +37,7 @@ class Tokenizer(Protocol):
     eos_ids: frozenset[int]  # any of these ends generation (HF models may have several)
     vocab_size: int  # ids a prompt may hold: 0..vocab_size-1
 
-    def encode(self, text: str) -> list[int]: ...
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
 
     def decode(self, tokens: list[int]) -> str: ...
 
@@ -68,8 +68,8 @@ class ByteTokenizer:
     eos_ids = frozenset({EOS})
     vocab_size = VOCAB_SIZE
 
-    def encode(self, text: str) -> list[int]:
-        return encode(text)
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return encode(text)  # no special tokens are added to a text
 
     def decode(self, tokens: list[int]) -> str:
         return decode(tokens)

@@ -1,15 +1,23 @@
-"""OpenAI-compatible HTTP API: /v1/completions (plain and SSE), /v1/models[/{model}], /v1/snapshot, /health, /metrics.
+"""OpenAI-compatible HTTP API: /v1/completions and /v1/chat/completions (plain and SSE), /v1/models[/{model}],
+/tokenize, /detokenize, /tokenizer_info, /v1/snapshot, /health, /metrics, /openapi.json and /docs.
 
 Requests are checked in this order, each refusal an OpenAI-shaped error that touches nothing
-else: API key (401, before the body is read), body size (413), JSON (400), fields (422), model
-(404), token ids outside the model's vocabulary (422), prompt longer than the context, or prompt + max_tokens
-(400 context_length_exceeded, as OpenAI's, which clients look for).
-Only then is the request queued for the scheduler. A client that disconnects, mid-stream or
-while waiting for a plain response, has its request cancelled, which frees its slot; one that
-disconnects while its body is read never reaches the scheduler (499 in /metrics, as the others).
+else: API key (401, before the body is read), body size (413), JSON and fields (400
+invalid_request_error naming the field), model (404), a chat for a model without a template
+(400), token ids outside the model's vocabulary (400), prompt longer than the context, or prompt +
+max_tokens (400 context_length_exceeded, as OpenAI's, which clients look for), more requests in
+flight than the server holds (429), a server that is draining (503). Only then are the request's
+choices queued for the scheduler: one engine request per choice (n per prompt, best_of
+candidates per prompt when it asks more), in the order of their index.
+
+A client that disconnects, mid-stream or while waiting for a plain response, has its requests
+cancelled, which frees their slots; one that disconnects while its body is read never reaches
+the scheduler (499 in /metrics, as the others). Every response carries the x-request-id it was
+sent (or one made up), and x-met-ignored-fields when the body held fields met does not apply.
 """
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -17,33 +25,41 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from fastapi import FastAPI, Request as HttpRequest
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from met.engine.logits import TokenLogprob
 from met.engine.policy import PolicyConfig, build_policy
 from met.engine.requests import Delta, Event, Failed, Finished, Request
 from met.engine.runner import ModelRunner, Sampling
 from met.engine.scheduler import Draining, Scheduler
+from met.model.chat_template import EMBEDDED, ChatTemplate, TemplateError
 from met.model.dflash import DflashDrafter
-from met.model.tokenizer import BYTES, Tokenizer
+from met.model.tokenizer import BYTES, StreamDecoder, Tokenizer
 from met.model.transformer import Transformer
-from met.serve import schemas
+from met.serve import responses as shapes, schemas
 from met.serve.auth import DEFAULT_TENANT, AuthLayer, KeyRing
 from met.serve.errors import ApiError, error_body
 from met.serve.metrics import ServeMetrics, StatusLayer
 from met.serve.report import snapshot_doc
+from met.serve.request_id import RequestIdLayer
 from met.speculative.spec_cost import SpecCostState
+
+log = logging.getLogger("met.serve")
 
 MAX_BODY_BYTES = 4 << 20  # far above any prompt a context holds; refuses a runaway upload early
 DISCONNECT_POLL_S = 0.5  # how often a plain (non-streamed) request checks that its client is still there
+MAX_IN_FLIGHT = 1024  # engine requests queued or running; past it a request is a 429 (retry later)
 
 
 @dataclass(slots=True)
 class Service:
-    """What the API serves: the scheduler, the model names it answers to, the keys."""
+    """What the API serves: the scheduler, the model names it answers to, the keys, the chat template."""
 
     scheduler: Scheduler
     model_names: tuple[str, ...]  # the first is the id /v1/models lists; the rest are accepted aliases
@@ -51,12 +67,14 @@ class Service:
     created: int = field(default_factory=lambda: int(time.time()))
     tokenizer: Tokenizer = BYTES  # encodes text prompts; the scheduler's, which decodes the completions
     open: dict[str, "LoopSink"] = field(default_factory=dict)  # requests in flight (queued or running) by id
+    chat: ChatTemplate | None = EMBEDDED  # renders chat messages; None: the model has none (chat is a 400)
+    max_in_flight: int = MAX_IN_FLIGHT
 
     @classmethod
     def build(cls, model: Transformer, model_id: str, names: tuple[str, ...], policy: PolicyConfig,
               max_batch: int, max_len: int | None = None, cost_state: SpecCostState | None = None,
               keys: KeyRing | None = None, tokenizer: Tokenizer = BYTES,
-              dflash: DflashDrafter | None = None) -> "Service":
+              dflash: DflashDrafter | None = None, chat: ChatTemplate | None = EMBEDDED) -> "Service":
         """A runner for the model (and its DFlash drafter), the policy the flags compose, and a scheduler over them.
 
         The scheduler is not started yet.
@@ -65,40 +83,105 @@ class Service:
         num_drafts = model.cfg.mtp_depth if model.mtp is not None else 0
         built = build_policy(policy, num_drafts, cost_state, dflash_block=dflash.block if dflash is not None else None)
         scheduler = Scheduler(runner, built, model_id, tokenizer=tokenizer)
-        return cls(scheduler, names, keys if keys is not None else KeyRing({}), tokenizer=tokenizer)
+        return cls(scheduler, names, keys if keys is not None else KeyRing({}), tokenizer=tokenizer, chat=chat)
 
-    def check_model(self, name: str) -> None:
-        """ApiError 404 unless the name is one this server answers to."""
-        if name not in self.model_names:
+    def check_model(self, name: str | None) -> None:
+        """ApiError 404 unless the name is one this server answers to (None: the served model)."""
+        if name is not None and name not in self.model_names:
             raise ApiError(404, f"the model {name!r} is not served here; this server serves "
                            f"{self.model_names[0]!r} (GET /v1/models)", "model_not_found", "model")
 
-    def to_request(self, body: schemas.CompletionRequest, tenant: str) -> Request:
-        """The scheduler's Request for a validated body; ApiError 404/422/400 for what the engine cannot serve."""
-        self.check_model(body.model)
-        prompt = self.tokenizer.encode(body.prompt) if isinstance(body.prompt, str) else list(body.prompt)
+    @property
+    def turn_ids(self) -> frozenset[int]:
+        """Token ids that end a chat turn besides the tokenizer's EOS: the template's eos_token, if one token."""
+        end = self.chat.end_of_turn if self.chat is not None else None
+        ids = self.tokenizer.encode(end, add_special_tokens=False) if end else []
+        return frozenset(ids) if len(ids) == 1 else frozenset()
+
+    def render(self, messages: list[schemas.Message], add_generation_prompt: bool = True, tools: list | None = None,
+               kwargs: dict | None = None) -> list[int]:
+        """The token ids of a conversation through the chat template; ApiError 400 without one or if it fails."""
+        if self.chat is None:
+            raise ApiError(400, f"the model {self.model_names[0]!r} has no chat template (no chat_template in its "
+                           "tokenizer_config.json, no chat_template.jinja): send the text as a prompt to "
+                           "POST /v1/completions", "chat_template_missing", "messages")
+        docs = [m.for_template() for m in messages]
+        try:
+            text = self.chat.render(docs, add_generation_prompt, tools=tools, variables=kwargs)
+        except TemplateError as exc:
+            raise ApiError(400, str(exc), "invalid_value", "messages") from None
+        return self.tokenizer.encode(text, add_special_tokens=False)  # the template writes the special tokens
+
+    def prompt_ids(self, prompt: str | list[int], add_special_tokens: bool = True) -> list[int]:
+        """A prompt's token ids, checked against the vocabulary and the context; ApiError 400 if they do not fit."""
+        ids = self.tokenizer.encode(prompt, add_special_tokens) if isinstance(prompt, str) else list(prompt)
         vocab = self.scheduler.runner.model.cfg.vocab_size
-        if bad := [t for t in prompt if t >= vocab]:
-            raise ApiError(422, f"token ids {bad[:5]} are outside the vocabulary 0..{vocab - 1}", "invalid_value",
+        if bad := [t for t in ids if t >= vocab]:
+            raise ApiError(400, f"token ids {bad[:5]} are outside the vocabulary 0..{vocab - 1}", "invalid_value",
                            "prompt")
-        if not prompt:
-            raise ApiError(422, "the prompt encodes to no tokens", "invalid_value", "prompt")
-        n, ctx = len(prompt), self.scheduler.max_len
+        if not ids:
+            raise ApiError(400, "the prompt encodes to no tokens", "invalid_value", "prompt")
+        n, ctx = len(ids), self.scheduler.max_len
         if n + 1 > ctx:
             raise ApiError(400, f"the prompt is {n} tokens and the context holds {ctx} (prompt + at least one "
                            f"new token); shorten the prompt to at most {ctx - 1} tokens", "context_length_exceeded",
                            "prompt")
-        max_tokens = body.max_tokens if body.max_tokens is not None else ctx - n
-        if n + max_tokens > ctx:
-            raise ApiError(400, f"the context holds {ctx} tokens, the prompt is {n} and max_tokens asks for "
-                           f"{max_tokens}; ask for at most {ctx - n}", "context_length_exceeded", "max_tokens")
+        return ids
+
+    def limit(self, prompt: list[int], max_tokens: int | None, param: str = "max_tokens") -> int:
+        """The request's max_tokens, checked to fit the context with the prompt (None: the rest of the context)."""
+        n, ctx = len(prompt), self.scheduler.max_len
+        want = max_tokens if max_tokens is not None else ctx - n
+        if n + want > ctx:
+            raise ApiError(400, f"the context holds {ctx} tokens, the prompt is {n} and {param} asks for "
+                           f"{want}; ask for at most {ctx - n}", "context_length_exceeded", param)
+        return want
+
+    def sampling(self, body: schemas.Sampled, seed: int | None, logprobs: int | None, echo: bool,
+                 ends: frozenset[int]) -> Sampling:
+        """The engine's Sampling for a body (one choice's seed); ApiError 400 for what it refuses."""
+        vocab = self.scheduler.runner.model.cfg.vocab_size
+        bias = tuple((int(k), float(v)) for k, v in (body.logit_bias or {}).items())
+        if bad := [t for t, _ in bias if t >= vocab]:
+            raise ApiError(400, f"logit_bias names token ids {bad[:5]} outside the vocabulary 0..{vocab - 1}",
+                           "invalid_value", "logit_bias")
         try:
-            sampling = Sampling(1.0 if body.temperature is None else body.temperature,
-                                1.0 if body.top_p is None else body.top_p, body.seed)
-            return Request(f"cmpl-{uuid.uuid4().hex[:24]}", tuple(prompt), max_tokens, sampling,
-                           body.stop_strings(), tenant)
+            return Sampling(1.0 if body.temperature is None else body.temperature,
+                            1.0 if body.top_p is None else body.top_p, seed, top_k=max(0, body.top_k or 0),
+                            min_p=body.min_p or 0.0, presence_penalty=body.presence_penalty or 0.0,
+                            frequency_penalty=body.frequency_penalty or 0.0,
+                            repetition_penalty=body.repetition_penalty or 1.0, logit_bias=bias,
+                            min_tokens=body.min_tokens or 0, eos_ids=ends, logprobs=logprobs,
+                            prompt_logprobs=echo and logprobs is not None)
         except ValueError as exc:
-            raise ApiError(422, str(exc), "invalid_value") from None
+            raise ApiError(400, str(exc), "invalid_value") from None
+
+    def choices(self, prompts: list[list[int]], body: schemas.Sampled, max_tokens: int | None, per_prompt: int,
+                logprobs: int | None, echo: bool, tenant: str, chat: bool) -> list["Choice"]:
+        """One engine request per choice: per_prompt for each prompt, prompt by prompt (their index order)."""
+        extra = frozenset(body.stop_token_ids or ()) | (self.turn_ids if chat else frozenset())
+        ends = (frozenset() if body.ignore_eos else self.tokenizer.eos_ids) | extra  # what min_tokens bans
+        if body.min_tokens and max_tokens is not None and body.min_tokens > max_tokens:
+            raise ApiError(400, f"min_tokens ({body.min_tokens}) is more than max_tokens ({max_tokens})",
+                           "invalid_value", "min_tokens")
+        out = []
+        param = "max_completion_tokens" if isinstance(body, schemas.ChatRequest) and body.max_completion_tokens \
+            else "max_tokens"
+        for p, ids in enumerate(prompts):
+            want = self.limit(ids, max_tokens, param)
+            for c in range(per_prompt):
+                seed = body.seed if body.seed is None or c == 0 else (body.seed + c) % (1 << 64)  # a choice each
+                sampling = self.sampling(body, seed, logprobs, echo, ends)
+                try:
+                    req = Request(f"cmpl-{uuid.uuid4().hex[:24]}", tuple(ids), want, sampling, body.stop_strings(),
+                                  tenant, extra, bool(body.ignore_eos), bool(body.include_stop_str_in_output))
+                except ValueError as exc:
+                    raise ApiError(400, str(exc), "invalid_value") from None
+                out.append(Choice(len(out), p, req))
+        if len(self.open) + len(out) > self.max_in_flight:
+            raise ApiError(429, f"the server holds {self.max_in_flight} requests in flight and has "
+                           f"{len(self.open)}; retry shortly", "rate_limit_exceeded")
+        return out
 
     def abort(self) -> int:
         """End every request in flight now with a 503 (a second Ctrl-C during the drain); returns how many.
@@ -118,18 +201,89 @@ class Aborted(Failed):
     """The server stopped before the request finished: a 503, not an engine failure."""
 
 
-class LoopSink:
-    """Hands a request's events from the scheduler thread to the request's event loop."""
+@dataclass(slots=True)
+class Choice:
+    """One choice of a response: its engine request and what came back for it."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    index: int
+    prompt: int  # which of the request's prompts
+    request: Request
+    parts: list[str] = field(default_factory=list)  # text deltas
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)  # each logprob token's share of the text (for text_offset)
+    decoder: StreamDecoder | None = None  # decodes the logprob tokens into those shares
+    prompt_logprobs: tuple[TokenLogprob, ...] = ()
+    end: Finished | None = None
+    sent: int = 0  # completion tokens counted so far (continuous usage)
+    first: float | None = None  # when its first token arrived (clock of the serve's loop)
+    last: float | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def score(self) -> float:
+        """Summed log-probability of its tokens (best_of ranks by it)."""
+        return sum(lp.logprob for lp in self.logprobs)
+
+
+@dataclass(slots=True)
+class Job:
+    """A request's choices and how to answer it."""
+
+    chat: bool
+    id: str
+    model: str
+    choices: list[Choice]
+    n: int  # choices returned per prompt (best_of picks these of its candidates)
+    prompts: list[list[int]]
+    prompt_texts: list[str]  # echo's
+    echo: bool = False
+    logprobs: int | None = None  # alternatives returned per token; None: log-probabilities not returned
+    include_usage: bool = False
+    continuous: bool = False
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def kind(self) -> str:
+        return "chat.completion.chunk" if self.chat else "text_completion"
+
+
+class LoopSink:
+    """Hands a request's events from the scheduler thread to the request's event loop, tagged with its choice."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue | None = None, index: int = 0) -> None:
         self.loop = loop
-        self.queue: asyncio.Queue[Event] = asyncio.Queue()
+        self.queue: asyncio.Queue[tuple[int, Event]] = queue if queue is not None else asyncio.Queue()
+        self.index = index
 
     def put(self, event: Event) -> None:
         try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, (self.index, event))
         except RuntimeError:  # the loop is closed: nobody is listening any more
             pass
+
+
+_ERROR = {"description": "An error in OpenAI's shape",
+          "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
+_ERROR_SCHEMAS = {
+    "ErrorResponse": {"type": "object", "required": ["error"],
+                      "properties": {"error": {"$ref": "#/components/schemas/ErrorObject"}}},
+    "ErrorObject": {"type": "object", "required": ["message", "type", "code"],
+                    "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+                                   "code": {"type": ["string", "null"]}, "param": {"type": ["string", "null"]}}},
+}
+
+
+def _body_doc(model: type[BaseModel], schemas_out: dict, streams: bool = False) -> dict:
+    """openapi_extra and responses documenting a route that reads the body as `model` (parsed by hand)."""
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    schemas_out.update(schema.pop("$defs", {}))
+    schemas_out[model.__name__] = schema
+    ok = {"application/json": {}} | ({"text/event-stream": {}} if streams else {})
+    return {"openapi_extra": {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}},
+            "responses": {200: {"description": "OK", "content": ok}, "default": _ERROR}}
 
 
 def create_app(service: Service) -> FastAPI:
@@ -144,11 +298,30 @@ def create_app(service: Service) -> FastAPI:
         yield
         await asyncio.to_thread(service.scheduler.stop)
 
-    app = FastAPI(title="met", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="met", summary="An OpenAI-compatible server whose speculative decoding is planned from "
+                  "measured cost tables", lifespan=lifespan, redoc_url=None)
     app.state.abort = service.abort  # server.run calls it on a second Ctrl-C
     app.router.redirect_slashes = False  # /v1/completions/ is not a route: a 404, not a redirect a client may drop
     app.add_middleware(AuthLayer, ring=service.keys)
     app.add_middleware(StatusLayer, metrics=metrics)
+    app.add_middleware(RequestIdLayer)
+    body_schemas = dict(_ERROR_SCHEMAS)
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            doc = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
+            doc.setdefault("components", {}).setdefault("schemas", {}).update(body_schemas)
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = openapi
+
+    def get(path: str, **kwargs):
+        """A GET route that answers HEAD too (as a GET without its body)."""
+        def register(fn):
+            app.head(path, include_in_schema=False)(fn)
+            return app.get(path, responses={"default": _ERROR}, **kwargs)(fn)
+        return register
 
     @app.exception_handler(ApiError)
     async def _api_error(request: HttpRequest, exc: ApiError) -> JSONResponse:
@@ -161,11 +334,9 @@ def create_app(service: Service) -> FastAPI:
         message = f"{request.method} {request.url.path}: {exc.detail}"
         if exc.status_code == 404:
             served = ", ".join(f"{method} {route.path_format}" for route in request.app.routes
-                               if isinstance(route, APIRoute) for method in sorted(route.methods))
+                               if isinstance(route, APIRoute) and route.include_in_schema
+                               for method in sorted(route.methods))
             message += f"; this server serves {served}"
-            if request.url.path.rstrip("/").endswith("/chat/completions"):
-                message += ("; chat completions are not served (no chat template is applied): send the text as a "
-                            "prompt to POST /v1/completions")
         return JSONResponse(error_body(exc.status_code, message, code), status_code=exc.status_code,
                             headers=exc.headers)
 
@@ -180,49 +351,103 @@ def create_app(service: Service) -> FastAPI:
         return JSONResponse(error_body(500, f"internal error ({type(exc).__name__})", "internal_error"),
                             status_code=500)
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", **_body_doc(schemas.CompletionRequest, body_schemas, streams=True))
     async def completions(request: HttpRequest) -> Response:
-        raw = await _read_body(request)
-        body = schemas.parse_request(raw)
-        req = service.to_request(body, request.scope.get("state", {}).get("tenant", DEFAULT_TENANT))
-        sink = LoopSink(asyncio.get_running_loop())
-        try:
-            service.scheduler.submit(req, sink)
-        except Draining as exc:
-            raise ApiError(503, str(exc), "shutting_down") from None
-        service.open[req.id] = sink
-        created = int(time.time())
-        if body.stream:
-            usage = body.stream_options is not None and body.stream_options.include_usage
-            return StreamingResponse(_stream(service, req, sink, names[0], created, usage),
-                                     media_type="text/event-stream", headers={"cache-control": "no-cache"})
-        return await _collect(service, request, req, sink, names[0], created)
+        body = schemas.parse(await _read_body(request), schemas.CompletionRequest)
+        service.check_model(body.model)
+        prompts = [service.prompt_ids(p, body.add_special_tokens is not False) for p in body.prompts()]
+        n = body.n or 1
+        per_prompt = max(n, body.best_of or 1)
+        wanted = body.logprobs
+        # best_of ranks its candidates by their summed log-probability: computed even when not returned
+        computed = wanted if wanted is not None else (0 if per_prompt > n else None)
+        choices = service.choices(prompts, body, body.max_tokens, per_prompt, computed, bool(body.echo),
+                                  _tenant(request), chat=False)
+        texts = [p if isinstance(p, str) else service.tokenizer.decode(p) for p in body.prompts()] \
+            if body.echo else []
+        job = Job(False, f"cmpl-{uuid.uuid4().hex[:24]}", names[0], choices, n, prompts, texts, bool(body.echo),
+                  wanted, *_usage_options(body))
+        return await _answer(service, metrics, request, job, bool(body.stream), body.ignored())
 
-    @app.get("/v1/models")
+    @app.post("/v1/chat/completions", **_body_doc(schemas.ChatRequest, body_schemas, streams=True))
+    async def chat_completions(request: HttpRequest) -> Response:
+        body = schemas.parse(await _read_body(request), schemas.ChatRequest)
+        service.check_model(body.model)
+        prompt = service.render(body.messages, body.add_generation_prompt is not False, body.tools,
+                                body.chat_template_kwargs)
+        prompt = service.prompt_ids(prompt)
+        wanted = (body.top_logprobs or 0) if body.logprobs else None
+        choices = service.choices([prompt], body, body.limit(), body.n or 1, wanted, False, _tenant(request),
+                                  chat=True)
+        job = Job(True, f"chatcmpl-{uuid.uuid4().hex[:24]}", names[0], choices, body.n or 1, [prompt], [], False,
+                  wanted, *_usage_options(body))
+        return await _answer(service, metrics, request, job, bool(body.stream), body.ignored())
+
+    @app.post("/tokenize", **_body_doc(schemas.TokenizeRequest, body_schemas))
+    async def tokenize(request: HttpRequest) -> JSONResponse:
+        body = schemas.parse(await _read_body(request), schemas.TokenizeRequest)
+        service.check_model(body.model)
+        if body.messages is not None:
+            ids = service.render(body.messages, body.add_generation_prompt is not False)
+        else:
+            ids = service.tokenizer.encode(body.prompt or "", body.add_special_tokens is not False)
+        doc = {"count": len(ids), "max_model_len": service.scheduler.max_len, "tokens": ids, "token_strs": None}
+        if body.return_token_strs:
+            doc["token_strs"] = [shapes.token_text(service.tokenizer, t) for t in ids]
+        return JSONResponse(doc)
+
+    @app.post("/detokenize", **_body_doc(schemas.DetokenizeRequest, body_schemas))
+    async def detokenize(request: HttpRequest) -> JSONResponse:
+        body = schemas.parse(await _read_body(request), schemas.DetokenizeRequest)
+        service.check_model(body.model)
+        vocab = service.scheduler.runner.model.cfg.vocab_size
+        if bad := [t for t in body.tokens if t >= vocab]:
+            raise ApiError(400, f"token ids {bad[:5]} are outside the vocabulary 0..{vocab - 1}", "invalid_value",
+                           "tokens")
+        return JSONResponse({"prompt": service.tokenizer.decode(body.tokens)})
+
+    @get("/tokenizer_info")
+    async def tokenizer_info() -> dict:
+        tok, chat = service.tokenizer, service.chat
+        doc = {"tokenizer_class": "ByteTokenizer" if tok.name == "byte" else "PreTrainedTokenizerFast",
+               "name": tok.name, "vocab_size": tok.vocab_size, "model_max_length": service.scheduler.max_len,
+               "eos_token_ids": sorted(tok.eos_ids), "chat_template": chat.source if chat is not None else None}
+        return doc | (chat.tokens if chat is not None else {})
+
+    @get("/v1/models")
     async def models() -> dict:
-        return schemas.model_list([names[0]], service.created)
+        return shapes.model_list([names[0]], service.created)
 
-    @app.get("/v1/models/{model:path}")
+    @get("/v1/models/{model:path}")
     async def model(model: str) -> dict:
         service.check_model(model)  # an alias answers with the model it names
-        return schemas.model_object(names[0], service.created)
+        return shapes.model_object(names[0], service.created)
 
-    @app.get("/v1/snapshot")
+    @get("/v1/snapshot")
     async def snapshot() -> dict:
         return snapshot_doc(service.scheduler.cell.latest())
 
-    @app.get("/health")
+    @get("/health")
     async def health() -> JSONResponse:
         if service.scheduler.draining:
             return JSONResponse({"status": "draining"}, status_code=503)
         snap = service.scheduler.cell.latest()
         return JSONResponse({"status": "ok", "model": names[0], "active": snap.active, "queued": snap.queued})
 
-    @app.get("/metrics")
+    @get("/metrics", response_class=Response)
     async def prometheus() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def _tenant(request: HttpRequest) -> str:
+    return request.scope.get("state", {}).get("tenant", DEFAULT_TENANT)
+
+
+def _usage_options(body: schemas.Sampled) -> tuple[bool, bool]:
+    options = body.stream_options
+    return (options is not None and options.include_usage, options is not None and options.continuous_usage_stats)
 
 
 async def _read_body(request: HttpRequest) -> bytes:
@@ -240,64 +465,215 @@ async def _read_body(request: HttpRequest) -> bytes:
     return b"".join(chunks)
 
 
-async def _stream(service: Service, req: Request, sink: LoopSink, model: str, created: int,
-                  include_usage: bool) -> AsyncIterator[bytes]:
-    """Server-sent events: a chunk per delta, the last with finish_reason, optionally usage, then [DONE]."""
-    done = False
-    try:
-        while not done:
-            event = await sink.queue.get()
-            if isinstance(event, Delta):
-                if event.text:
-                    yield schemas.sse(schemas.chunk(req.id, model, created, event.text, None, include_usage))
-                continue
-            done = True
-            if isinstance(event, Finished):
-                yield schemas.sse(schemas.chunk(req.id, model, created, event.text, event.reason, include_usage))
-                if include_usage:
-                    yield schemas.sse(schemas.usage_chunk(req.id, model, created, event.prompt_tokens,
-                                                          event.completion_tokens))
-            else:
-                yield schemas.sse(error_body(*_failure(event)))
-        yield schemas.sse("[DONE]")
-    finally:
-        service.open.pop(req.id, None)
-        if not done:  # the client went away (the task was cancelled): free the slot now
-            service.scheduler.cancel(req.id)
-
-
-async def _collect(service: Service, http: HttpRequest, req: Request, sink: LoopSink, model: str,
-                   created: int) -> Response:
-    """A plain response once the request finishes; cancels the request if the client leaves first."""
-    parts: list[str] = []
-    done = False
+async def _answer(service: Service, metrics: ServeMetrics, http: HttpRequest, job: Job, stream: bool,
+                  ignored: list[str]) -> Response:
+    """Queue the job's choices and answer: a stream of chunks, or one response when all have finished."""
+    headers = {}
+    if ignored:
+        headers["x-met-ignored-fields"] = ", ".join(ignored)
+        log.warning("%s %s: ignored fields met does not apply: %s", http.method, http.url.path, ", ".join(ignored))
     loop = asyncio.get_running_loop()
-    checked = loop.time()
+    queue: asyncio.Queue = asyncio.Queue()
+    started = loop.time()
+    for c in job.choices:
+        sink = LoopSink(loop, queue, c.index)
+        try:
+            service.scheduler.submit(c.request, sink)
+        except Draining as exc:
+            _cancel(service, job)
+            raise ApiError(503, str(exc), "shutting_down") from None
+        service.open[c.request.id] = sink
+    run = _Run(service, metrics, job, queue, started)
+    if stream:
+        return StreamingResponse(run.stream(), media_type="text/event-stream",
+                                 headers=headers | {"cache-control": "no-cache"})
+    return await run.collect(http, headers)
+
+
+def _cancel(service: Service, job: Job) -> None:
+    """Cancel the job's choices still in flight (their client left, or a sibling failed)."""
+    for c in job.choices:
+        if service.open.pop(c.request.id, None) is not None:
+            service.scheduler.cancel(c.request.id)
+
+
+class _Run:
+    """A job's events as they arrive: choices updated, latency observed, chunks or the final response built."""
+
+    def __init__(self, service: Service, metrics: ServeMetrics, job: Job, queue: asyncio.Queue,
+                 started: float) -> None:
+        self.service, self.metrics, self.job, self.queue, self.started = service, metrics, job, queue, started
+        self.tok = service.tokenizer
+        self.left = len(job.choices)
+
+    async def next(self) -> tuple[Choice, Event]:
+        """The next event of a choice, with the choice updated; ApiError for a failure of any choice."""
+        index, event = await self.queue.get()
+        c = self.job.choices[index]
+        now = asyncio.get_running_loop().time()
+        if isinstance(event, Delta):
+            c.parts.append(event.text)
+            if event.prompt_logprobs is not None:
+                c.prompt_logprobs = event.prompt_logprobs
+            if event.logprobs:
+                c.logprobs.extend(event.logprobs)
+                c.decoder = c.decoder if c.decoder is not None else self.tok.stream()
+                c.texts.extend(_piece(c.decoder, lp.token) for lp in event.logprobs)
+            if event.tokens:
+                if c.first is None:
+                    self.metrics.ttft.observe(now - self.started)
+                else:  # the step's tokens share its interval
+                    for _ in range(event.tokens):
+                        self.metrics.itl.observe((now - c.last) / event.tokens)
+                c.first = c.first if c.first is not None else now
+                c.last = now
+            return c, event
+        self.left -= 1
+        self.service.open.pop(c.request.id, None)
+        if isinstance(event, Failed):
+            raise ApiError(*_failure(event))
+        c.parts.append(event.text)
+        if c.texts and c.decoder is not None:
+            c.texts[-1] += c.decoder.flush()
+        c.end = event
+        self.metrics.e2e.observe(now - self.started)
+        return c, event
+
+    def usage(self, final: bool) -> dict:
+        """Usage over the returned choices; the last one also counts the speculation."""
+        prompt = sum(len(p) for p in self.job.prompts)
+        done = sum(c.end.completion_tokens if c.end is not None else c.sent for c in self.returned())
+        drafts = None
+        if final:
+            drafts = (sum(c.end.draft_tokens for c in self.job.choices if c.end is not None),
+                      sum(c.end.accepted_tokens for c in self.job.choices if c.end is not None))
+        return shapes.usage(prompt, done, drafts)
+
+    def returned(self) -> list[Choice]:
+        """The choices the response holds, in index order: best_of's best n of each prompt's candidates."""
+        job = self.job
+        per = len(job.choices) // len(job.prompts)
+        if per == job.n:
+            return job.choices
+        out = []
+        for p in range(len(job.prompts)):
+            candidates = job.choices[p * per : (p + 1) * per]
+            out += sorted(candidates, key=lambda c: -c.score())[: job.n]
+        return out
+
+    def logprobs_doc(self, c: Choice, entries: list[TokenLogprob], texts: list[str], echo: bool) -> dict | None:
+        job = self.job
+        if job.logprobs is None:
+            return None
+        if job.chat:
+            return shapes.chat_logprobs(self.tok, entries, job.logprobs)
+        if echo:
+            prompt = self.job.prompts[c.prompt]
+            head: list = [prompt[0], *c.prompt_logprobs]
+            ptexts = _token_texts(self.tok, prompt)
+            return shapes.completion_logprobs(self.tok, head + entries, job.logprobs, ptexts + texts)
+        return shapes.completion_logprobs(self.tok, entries, job.logprobs, texts)
+
+    async def collect(self, http: HttpRequest, headers: dict) -> Response:
+        """One response once every choice finished; cancels them if the client leaves first."""
+        loop = asyncio.get_running_loop()
+        checked = loop.time()
+        try:
+            while self.left:
+                try:
+                    await asyncio.wait_for(self.next(), DISCONNECT_POLL_S)
+                except TimeoutError:
+                    pass
+                if loop.time() - checked >= DISCONNECT_POLL_S:  # events may arrive faster than the poll
+                    checked = loop.time()
+                    if await http.is_disconnected():
+                        return Response(status_code=499)  # nobody reads it; the finally cancels the requests
+            return JSONResponse(self.response(), headers=headers)
+        finally:
+            _cancel(self.service, self.job)
+
+    def response(self) -> dict:
+        job, out = self.job, []
+        for i, c in enumerate(self.returned()):
+            index = i
+            if job.chat:
+                out.append(shapes.chat_choice(index, c.text, c.end.reason, self.logprobs_doc(c, c.logprobs, c.texts,
+                                                                                             False)))
+            else:
+                prefix = job.prompt_texts[c.prompt] if job.echo else ""
+                lp = self.logprobs_doc(c, c.logprobs, c.texts, job.echo)
+                out.append(shapes.completion_choice(index, prefix + c.text, c.end.reason, lp))
+        make = shapes.chat if job.chat else shapes.completion
+        return make(job.id, job.model, job.created, out, self.usage(final=True))
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        """Server-sent events: per choice its deltas, the last with finish_reason; usage as asked; then [DONE].
+
+        A chat choice begins with a chunk holding only the role, as OpenAI's. Under echo a choice's first
+        chunk is its prompt: at once without log-probabilities, with them once the prefill scored it.
+        """
+        job = self.job
+        usage_key = job.include_usage or job.continuous
+
+        def chunk(choice: dict) -> bytes:
+            use = self.usage(final=False) if job.continuous else None
+            return shapes.sse(shapes.chunk(job.kind, job.id, job.model, job.created, [choice], use, usage_key))
+
+        try:
+            for c in job.choices:
+                if job.chat:
+                    yield chunk(shapes.chat_delta(c.index, {"role": "assistant", "content": ""}))
+                elif job.echo and job.logprobs is None:
+                    yield chunk(self._delta(c, job.prompt_texts[c.prompt], None, None))
+            failed = False
+            while self.left:
+                try:
+                    c, event = await self.next()
+                except ApiError as exc:
+                    yield shapes.sse(exc.body())
+                    failed = True
+                    break
+                if isinstance(event, Finished):
+                    yield chunk(self._delta(c, event.text, event.reason, None))
+                    continue
+                c.sent += event.tokens
+                new = c.logprobs[len(c.logprobs) - len(event.logprobs):] if event.logprobs else []
+                texts = c.texts[len(c.texts) - len(new):] if new else []
+                echo = job.echo and event.prompt_logprobs is not None
+                text = job.prompt_texts[c.prompt] + event.text if echo else event.text
+                if text or new or echo:
+                    yield chunk(self._delta(c, text, None, self.logprobs_doc(c, new, texts, echo)))
+            if job.include_usage and not failed:
+                yield shapes.sse(shapes.chunk(job.kind, job.id, job.model, job.created, [], self.usage(final=True)))
+            yield shapes.sse("[DONE]")
+        finally:
+            _cancel(self.service, job)
+
+    def _delta(self, c: Choice, text: str, finish: str | None, lp: dict | None) -> dict:
+        if self.job.chat:
+            return shapes.chat_delta(c.index, {"content": text} if text or finish is None else {}, finish, lp)
+        return shapes.completion_choice(c.index, text, finish, lp)
+
+
+def _piece(decoder: StreamDecoder, token: int) -> str:
+    """The text a token adds to its choice's (empty while a character is incomplete)."""
     try:
-        while True:
-            try:
-                event = await asyncio.wait_for(sink.queue.get(), DISCONNECT_POLL_S)
-            except TimeoutError:
-                event = None
-            if loop.time() - checked >= DISCONNECT_POLL_S:  # deltas may arrive faster than the poll: check by time
-                checked = loop.time()
-                if await http.is_disconnected():
-                    return Response(status_code=499)  # nobody reads it; the finally cancels the request
-            if event is None:
-                continue
-            if isinstance(event, Delta):
-                parts.append(event.text)
-                continue
-            done = True
-            if isinstance(event, Failed):
-                raise ApiError(*_failure(event))
-            parts.append(event.text)
-            return JSONResponse(schemas.completion(req.id, model, created, "".join(parts), event.reason,
-                                                   event.prompt_tokens, event.completion_tokens))
-    finally:
-        service.open.pop(req.id, None)
-        if not done:
-            service.scheduler.cancel(req.id)
+        return decoder.add(token)
+    except ValueError:  # an id the tokenizer has no text for
+        return ""
+
+
+def _token_texts(tokenizer: Tokenizer, tokens: list[int]) -> list[str]:
+    """Each token's share of the decoded text (text_offset of an echoed prompt), by a stream decode."""
+    stream, out = tokenizer.stream(), []
+    for t in tokens:
+        try:
+            out.append(stream.add(t))
+        except ValueError:
+            out.append("")
+    if out:
+        out[-1] += stream.flush()
+    return out
 
 
 def _failure(event: Failed) -> tuple[int, str, str]:

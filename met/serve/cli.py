@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from met.bench.measured_boot import BootError, MeasuredBoot, boot_measured, default_calibration, default_table
+from met.bench.table_warnings import MAX_AGE_DAYS, table_warnings
 from met.bench.tables_cli import measured_ago
 from met.engine import heap
 from met.engine.identity import (MAX_THREADS, RunSettings, box_class as derive_box_class, resolve_run,
@@ -17,6 +18,7 @@ from met.engine.identity import (MAX_THREADS, RunSettings, box_class as derive_b
 from met.engine.policy import SERVE_SPECS, PolicyConfig
 from met.engine.proposer import NGRAM_MAX
 from met.exit_codes import EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE
+from met.model.chat_template import template_for
 from met.model.dflash import DrafterError, load_drafter, shipped_path
 from met.model.recipes import DEFAULT_RECIPE, RecipeError
 from met.model.sources import context_len, resolve, tokenizer_for
@@ -64,6 +66,8 @@ def serve(
         "--box-class", help="Box class of this serve (default: derived from the hardware).", show_default=False,
     )] = None,
     max_batch: Annotated[int, typer.Option(min=1, max=256, help="Sequences decoded together (KV slots).")] = 16,
+    table_max_age: Annotated[int, typer.Option(
+        min=0, help="Days after which the cost table is warned about at boot as old (0: never).")] = MAX_AGE_DAYS,
     max_len: Annotated[int, typer.Option(min=0, help="Context per sequence (0: the model's, at most 2048).")] = 0,
     lift_wide_tier: Annotated[bool, typer.Option(
         help="Let widths 9..=16 verify two drafts (the adaptive rung's lift); default pools clamp them to one. "
@@ -97,7 +101,12 @@ def serve(
     tui_: Annotated[bool, typer.Option("--tui", help="Show the live dashboard in this terminal.")] = False,
     log_level: Annotated[str, typer.Option(help=f"uvicorn log level: {' | '.join(server.LOG_LEVELS)}.")] = "info",
 ) -> None:
-    """Serve an OpenAI-compatible API (/v1/completions, /v1/models, /v1/snapshot, /health, /metrics).
+    """Serve an OpenAI-compatible API (/v1/completions, /v1/chat/completions, /v1/models, /tokenize, /health, ...).
+
+    A request without a temperature samples at temperature 1.0 (OpenAI's default), so its text varies
+    from run to run; send "temperature": 0 for greedy text (the same with speculation as without).
+    At boot a measured table gets one warning line each if it is narrower than --max-batch, a --quick
+    table, or older than --table-max-age days.
 
     Exit statuses: 0 drained and stopped (SIGTERM or Ctrl-C); 2 bad option; 65 (EX_DATAERR) the cost
     table or calibration is missing or invalid, or the keys file is, or the checkpoint folder cannot be
@@ -135,6 +144,7 @@ def serve(
     try:
         recipe = resolve(model)
         tokenizer = tokenizer_for(recipe)
+        chat = template_for(recipe)  # None: the folder has none, and chat completions say so
     except RecipeError as exc:
         raise _fail(exc.status, f"error: {exc}") from None
     try:
@@ -173,11 +183,13 @@ def serve(
     pools = VerifyPools(DEFAULT_POOLS.tiers, lift_wide_tier=lift_wide_tier)
     names = (recipe.name, recipe.id) + ((model,) if model not in (recipe.name, recipe.id) else ())
     service = Service.build(net, recipe.id, names, PolicyConfig(spec, lookup_depth, lookup_min_ngram, pools),
-                            max_batch, context, cost_state, keys, tokenizer, block)
+                            max_batch, context, cost_state, keys, tokenizer, block, chat)
     heap.settle()  # boot's objects out of the collector's full passes for the life of the serve
     _banner(service, recipe.id, host, port, settings, box, table if cost_state else None, cost_state, keys)
     if (warning := speculation_drift_warning(settings.dtype, spec)) is not None:
         typer.echo(f"  {warning}", err=True)
+    for line in table_warnings(cost_state.table, table, max_batch, table_max_age) if cost_state else []:
+        typer.echo(f"  {line}", err=True)  # narrower than --max-batch, a --quick table, an old one
     app = create_app(service)
     try:
         if tui_:

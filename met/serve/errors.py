@@ -4,8 +4,8 @@ from fastapi.responses import JSONResponse
 
 # HTTP status -> OpenAI's error type
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
-          413: "invalid_request_error", 422: "invalid_request_error", 503: "server_unavailable",
-          500: "server_error"}
+          405: "invalid_request_error", 413: "invalid_request_error", 422: "invalid_request_error",
+          429: "rate_limit_error", 503: "server_unavailable", 500: "server_error"}
 
 
 class ApiError(Exception):

@@ -7,7 +7,7 @@ table prices the steps run at (there is no live meter in the serve), present onl
 --spec-cost-model measured with a table measured with energy.
 """
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from met.engine.scheduler import RATE_FRESH_S
@@ -81,14 +81,34 @@ class SnapshotCollector:
                                     value=s.joules_per_token)
 
 
+# vLLM's buckets for its histograms of the same names (vllm:time_to_first_token_seconds, ...)
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+               80.0)
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+               480.0, 960.0, 1920.0, 7680.0)
+
+
 class ServeMetrics:
-    """The serve's registry: the snapshot collector and a counter of HTTP responses by status."""
+    """The serve's registry: the snapshot collector, a counter of HTTP responses by status, latency histograms.
+
+    Latencies are per choice, seen by the HTTP layer: from the request's queueing to its first token
+    (time to first token), between its tokens (a step that emits several spreads its interval over
+    them: with speculation a token's share, not the wait for it), and to its end (end-to-end).
+    """
 
     def __init__(self, cell: SnapshotCell) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(SnapshotCollector(cell))
         self.responses = Counter("met_http_responses", "HTTP responses by status code", ["code"],
                                  registry=self.registry)
+        self.ttft = Histogram("met_time_to_first_token_seconds", "Seconds from queueing to the first token",
+                              buckets=TTFT_BUCKETS, registry=self.registry)
+        self.itl = Histogram("met_inter_token_latency_seconds", "Seconds between tokens (a step's shared by its tokens)",
+                             buckets=ITL_BUCKETS, registry=self.registry)
+        self.e2e = Histogram("met_e2e_request_latency_seconds", "Seconds from queueing to the end of a choice",
+                             buckets=E2E_BUCKETS, registry=self.registry)
 
 
 class StatusLayer:

@@ -27,6 +27,7 @@ class Running:
     url: str
     scheduler: Scheduler
     server: uvicorn.Server
+    service: Service
 
 
 @contextmanager
@@ -36,7 +37,8 @@ def serving(model: Transformer, spec: str = "off", max_batch: int = 4, keys: dic
     runner = ModelRunner(model, max_batch)
     policy = policy or build_policy(PolicyConfig(spec), model.cfg.mtp_depth)
     scheduler = Scheduler(runner, policy, f"{MODEL}@test", shared=shared)
-    app = create_app(Service(scheduler, (MODEL,), KeyRing(keys or {})))
+    service = Service(scheduler, (MODEL,), KeyRing(keys or {}))
+    app = create_app(service)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -46,7 +48,7 @@ def serving(model: Transformer, spec: str = "off", max_batch: int = 4, keys: dic
         threading.Event().wait(0.025)
     assert server.started, "the test server did not start"
     try:
-        yield Running(f"http://127.0.0.1:{bound_port(server)}", scheduler, server)
+        yield Running(f"http://127.0.0.1:{bound_port(server)}", scheduler, server, service)
     finally:
         server.should_exit = True
         thread.join(timeout=30)

@@ -84,22 +84,26 @@ def test_bad_requests_get_their_4xx_and_never_reach_the_scheduler(model):
         (b"{not json", "k1", 400, "not valid JSON"),  # bad JSON
         (b"[1, 2]", "k1", 400, "JSON object, got an array"),  # JSON, but not an object
         (b"null", "k1", 400, "JSON object, got null"),  # in JSON's words, not Python's NoneType
-        (good | {"max_tokens": -3}, "k1", 422, "max_tokens"),  # negative max_tokens
-        (good | {"temperature": 7}, "k1", 422, "temperature"),  # out of range
-        (good | {"prompt": ""}, "k1", 422, "prompt"),  # empty prompt
-        (good | {"logprobs": 2}, "k1", 422, "logprobs"),  # unsupported field
-        (good | {"temperature": 0.5, "seed": 2**64}, "k1", 422, "seed"),  # a seed torch cannot take (was a 500)
-        (good | {"max_tokens": "4"}, "k1", 422, "max_tokens"),  # a string is not a number (strict, as OpenAI)
-        (good | {"max_tokens": True}, "k1", 422, "max_tokens"),  # nor a bool
-        (good | {"stream": "yes"}, "k1", 422, "stream"),  # nor a string a bool
-        (good | {"stream_options": {"include_usage": True}}, "k1", 422, "only allowed when stream"),
-        (good | {"stream": True, "stream_options": {"include_usage": "yes"}}, "k1", 422, "include_usage"),  # (was on)
-        (good | {"n": True}, "k1", 422, "n: Input should be a valid integer"),  # == 1, yet no integer (was served)
-        (good | {"n": 1.0}, "k1", 422, "n: Input should be a valid integer"),  # (was served)
-        (good | {"echo": 0}, "k1", 422, "echo: Input should be a valid boolean"),  # == false (was served)
-        (good | {"presence_penalty": False}, "k1", 422, "presence_penalty"),  # (was served)
-        (good | {"prompt": "\ud800abc"}, "k1", 422, "not valid Unicode"),  # a lone surrogate (was a 500)
-        (good | {"stop": ["\n", "\ud83d"]}, "k1", 422, "not valid Unicode"),  # half an emoji (was a stop never met)
+        (good | {"max_tokens": -3}, "k1", 400, "max_tokens"),  # negative max_tokens (every invalid field: a 400)
+        (good | {"max_tokens": 0}, "k1", 400, "only useful with echo"),  # nothing to generate, nothing to score
+        (good | {"n": 2, "best_of": 1}, "k1", 400, "at least n"),  # best_of below n
+        (good | {"logit_bias": {"999": 1}}, "k1", 400, "outside the vocabulary"),  # a bias of no token
+        (good | {"top_k": "5"}, "k1", 400, "top_k"),  # a vLLM field of the wrong type stays refused
+        (good | {"temperature": 7}, "k1", 400, "temperature"),  # out of range
+        (good | {"prompt": ""}, "k1", 400, "prompt"),  # empty prompt
+        (good | {"logprobs": 6}, "k1", 400, "logprobs"),  # OpenAI takes 0..5
+        (good | {"temperature": 0.5, "seed": 2**64}, "k1", 400, "seed"),  # a seed torch cannot take (was a 500)
+        (good | {"max_tokens": "4"}, "k1", 400, "max_tokens"),  # a string is not a number (strict, as OpenAI)
+        (good | {"max_tokens": True}, "k1", 400, "max_tokens"),  # nor a bool
+        (good | {"stream": "yes"}, "k1", 400, "stream"),  # nor a string a bool
+        (good | {"stream_options": {"include_usage": True}}, "k1", 400, "only allowed when stream"),
+        (good | {"stream": True, "stream_options": {"include_usage": "yes"}}, "k1", 400, "include_usage"),  # (was on)
+        (good | {"n": True}, "k1", 400, "n: Input should be a valid integer"),  # == 1, yet no integer (was served)
+        (good | {"n": 1.0}, "k1", 400, "n: Input should be a valid integer"),  # (was served)
+        (good | {"echo": 0}, "k1", 400, "echo: Input should be a valid boolean"),  # == false (was served)
+        (good | {"presence_penalty": False}, "k1", 400, "presence_penalty"),  # (was served)
+        (good | {"prompt": "\ud800abc"}, "k1", 400, "not valid Unicode"),  # a lone surrogate (was a 500)
+        (good | {"stop": ["\n", "\ud83d"]}, "k1", 400, "not valid Unicode"),  # half an emoji (was a stop never met)
         (b'{"prompt": "a", "seed": ' + b"9" * 5000 + b"}", "k1", 400, "4300 digits"),  # (was a 500)
         (b'{"prompt": "a", "temperature": NaN}', "k1", 400, "NaN is not a JSON number"),  # (was 'at most 2')
         (b'{"prompt": "a", "top_p": -Infinity}', "k1", 400, "-Infinity is not"),  # (was 'greater than 0')

@@ -6,6 +6,10 @@ import httpx
 import openai
 import pytest
 
+from met.engine.generate import generate
+from met.engine.runner import ModelRunner
+from met.model.chat_template import EMBEDDED
+from met.model.tokenizer import decode, encode
 from serve_helpers import MODEL, serving
 
 
@@ -24,10 +28,10 @@ def test_langchain_openai_defaults_are_served(model):
         choice = got.choices[0]
         assert 0 <= got.usage.completion_tokens <= 8 and choice.finish_reason in ("stop", "length")
         assert (choice.finish_reason == "length") == (got.usage.completion_tokens == 8)
-        # a bias that would change the text is still refused, by name
-        r = httpx.post(f"{srv.url}/v1/completions", json={"model": MODEL, "prompt": "a", "logit_bias": {"50": 5}})
-        assert r.status_code == 422 and r.json()["error"]["param"] == "logit_bias", r.text
-        assert "not applied" in r.json()["error"]["message"], r.text
+        # a bias is applied: +100 on "2" (token 50) makes greedy text all "2"s
+        r = httpx.post(f"{srv.url}/v1/completions", json={"model": MODEL, "prompt": "a", "logit_bias": {"50": 100},
+                                                          "temperature": 0, "max_tokens": 5})
+        assert r.status_code == 200 and r.json()["choices"][0]["text"] == "22222", r.text
 
 
 def test_include_usage_gives_every_other_chunk_a_null_usage(model):
@@ -61,9 +65,59 @@ def test_a_request_past_the_context_is_a_bad_request_context_length_exceeded(mod
         assert err.value.body["code"] == "context_length_exceeded", err.value.body
 
 
-def test_chat_completions_is_refused_saying_what_is_served(model):
-    # no chat template: a chat client's 404 says to send the text as a prompt to /v1/completions
+def _greedy(model, prompt: list[int], max_tokens: int) -> str:
+    """What `met generate --spec off` prints for a prompt (plain greedy, stops at EOS)."""
+    return decode(generate(ModelRunner(model, 1), [prompt], max_tokens, "off")[0].tokens)
+
+
+CHAT = [{"role": "system", "content": "You write Python."}, {"role": "user", "content": "def add(a, b):"}]
+
+
+def test_chat_plain_and_streamed_are_met_generate_on_the_rendered_prompt(model):
+    # the embedded template renders the messages; greedy chat text (plain and joined stream) is plain greedy's
+    prompt = encode(EMBEDDED.render(CHAT))
+    want = _greedy(model, prompt, 24)
+    with serving(model, "mtp") as srv:
+        client = _client(srv.url)
+        got = client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=24, temperature=0)
+        assert got.object == "chat.completion" and got.choices[0].message.role == "assistant"
+        assert got.choices[0].message.content == want and got.usage.prompt_tokens == len(prompt)
+        chunks = list(client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=24, temperature=0,
+                                                     stream=True, stream_options={"include_usage": True}))
+        assert chunks[0].choices[0].delta.role == "assistant"  # the role first, as OpenAI's
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == want
+        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == got.choices[0].finish_reason
+        assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == got.usage.completion_tokens
+        logprobs = client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=4, temperature=0,
+                                                  logprobs=True, top_logprobs=2).choices[0].logprobs.content
+        assert len(logprobs) == 4 and all(len(t.top_logprobs) == 2 for t in logprobs)
+        assert all(t.logprob == t.top_logprobs[0].logprob for t in logprobs)  # greedy: each is the likeliest
+
+
+def test_completions_logprobs_echo_n_and_prompt_lists(model):
+    # logprobs=3, echo with max_tokens=0 (the prompt scored alone), n=2 and two prompts, through the openai client
+    with serving(model, "prompt-lookup") as srv:
+        client = _client(srv.url)
+        got = client.completions.create(model=MODEL, prompt="x = [1, 2", max_tokens=6, temperature=0, logprobs=3)
+        lp = got.choices[0].logprobs
+        assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.text_offset) == 6
+        assert all(3 <= len(top) <= 4 and max(top.values()) == t for top, t in zip(lp.top_logprobs, lp.token_logprobs))
+        echo = client.completions.create(model=MODEL, prompt="x = [1, 2", max_tokens=0, echo=True, logprobs=1)
+        e = echo.choices[0]
+        assert e.text == "x = [1, 2" and e.logprobs.token_logprobs[0] is None and len(e.logprobs.tokens) == 9
+        assert e.logprobs.text_offset == list(range(9)) and echo.usage.completion_tokens == 0
+        two = client.completions.create(model=MODEL, prompt="def f(x):", max_tokens=5, n=2, temperature=0)
+        assert [c.index for c in two.choices] == [0, 1] and two.choices[0].text == two.choices[1].text
+        listed = client.completions.create(model=MODEL, prompt=["a = 1\n", "import os\n"], max_tokens=5,
+                                           temperature=0)
+        assert [c.text for c in listed.choices] == [_greedy(model, encode(p), 5) for p in ["a = 1\n", "import os\n"]]
+        assert listed.usage.prompt_tokens == 6 + 10 and listed.usage.completion_tokens == 10
+
+
+def test_chat_of_a_model_without_a_template_is_a_bad_request_saying_so(model):
+    # a checkpoint folder without a chat template: chat is a 400 naming what is missing and what to do
     with serving(model, "off") as srv:
-        with pytest.raises(openai.NotFoundError, match="/v1/completions") as err:
+        srv.service.chat = None
+        with pytest.raises(openai.BadRequestError, match="no chat template") as err:
             _client(srv.url).chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
-        assert err.value.body["code"] == "not_found"
+        assert err.value.body["code"] == "chat_template_missing" and err.value.body["param"] == "messages"
