@@ -46,7 +46,8 @@ class Sampled(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
 
     model: str
-    temperature: Annotated[Float, Field(ge=0.0, le=2.0)] | None = 1.0
+    temperature: Annotated[Float, Field(ge=0.0, le=2.0)] | None = Field(
+        1.0, description="Sampling temperature; 1.0 when not sent (OpenAI's default); 0 for greedy text.")
     top_p: Annotated[Float, Field(gt=0.0, le=1.0)] | None = 1.0
     n: Annotated[int, Field(ge=1, le=MAX_CHOICES)] | None = 1
     stop: str | Annotated[list[str], Field(max_length=4)] | None = None

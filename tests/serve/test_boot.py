@@ -94,3 +94,41 @@ def test_cli_serves_dflash_with_its_drafter_and_refuses_a_missing_or_foreign_one
     r = CliRunner().invoke(app, [*base, "--drafter", str(tmp_path / "ours.safetensors")])
     assert r.exit_code == 0, r.output
     assert started == [0] and "spec dflash" in r.output
+
+
+def test_cli_warns_at_boot_of_a_narrow_a_quick_or_an_old_table(recipe, tmp_path, monkeypatch):
+    # a table that matches its key is served, but the operator hears, one line each, what may make it plan poorly
+    from datetime import datetime, timedelta, timezone
+
+    monkeypatch.setattr("met.serve.server.run", lambda *a, **k: 0)
+    fresh = {"when": datetime.now(timezone.utc).replace(microsecond=0).isoformat()}
+    quiet = _serve(tmp_path, serve_key(recipe), mtp_drafter_key(recipe), "--max-batch", "4", meta=fresh)
+    assert quiet.exit_code == 0 and "warning" not in quiet.stderr, quiet.output  # widths 1 and 4 cover 4 slots
+    narrow = _serve(tmp_path, serve_key(recipe), mtp_drafter_key(recipe), "--max-batch", "16", meta=fresh)
+    assert narrow.exit_code == 0, narrow.output
+    assert "measured widths up to 4 and this serve batches up to 16 sequences" in narrow.stderr
+    assert narrow.stderr.count("warning") == 1
+    quick = _serve(tmp_path, serve_key(recipe), mtp_drafter_key(recipe), "--max-batch", "4", meta=fresh | {"quick": True})
+    assert "is a --quick table" in quick.stderr and quick.stderr.count("warning") == 1
+    old = {"when": (datetime.now(timezone.utc) - timedelta(days=45)).replace(microsecond=0).isoformat()}
+    stale = _serve(tmp_path, serve_key(recipe), mtp_drafter_key(recipe), "--max-batch", "4", meta=old)
+    assert "was measured 45 days ago" in stale.stderr and "--table-max-age 30 days" in stale.stderr
+    assert stale.stderr.count("warning") == 1
+    later = _serve(tmp_path, serve_key(recipe), mtp_drafter_key(recipe), "--max-batch", "4", "--table-max-age", "60",
+                   meta=old)
+    assert later.exit_code == 0 and "warning" not in later.stderr, later.output
+
+
+def test_serve_help_states_the_default_temperature():
+    # the first curl without a temperature samples at 1.0: the help says so, and how to get greedy text
+    text = " ".join(CliRunner().invoke(app, ["serve", "--help"]).output.split())
+    assert "samples at temperature 1.0" in text and '"temperature": 0 for greedy text' in text
+
+
+def test_the_request_schema_states_the_default_temperature():
+    # /openapi.json describes the field clients send: its default and how to get greedy text
+    from met.serve.schemas import Sampled
+
+    field = Sampled.model_json_schema()["properties"]["temperature"]
+    assert field["default"] == 1.0 and "1.0 when not sent" in field["description"] and "0 for greedy" in \
+        field["description"]
