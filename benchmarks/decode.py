@@ -1,6 +1,6 @@
 """Decode benchmark: plain and speculative tokens/s at widths 1, 4, 16, and host overhead at width 1.
 
-Run: python3 benchmarks/decode.py [--tokens 96] [--repeats 3] [--out benchmarks/results/decode.md]
+Run: python3 benchmarks/decode.py [--tokens 96] [--repeats 3] [--out benchmarks/results/<box_class>/decode.md]
 
 Every configuration runs the same held-out prompts through the same engine, interleaved over
 repeats (A B C A B C ...), and reports the median. "Outside forward" is the share of step wall
@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from met.engine.generate import generate
+from met.engine.identity import box_class
 from met.engine.runner import ModelRunner
 from met.model.corpus import heldout_prompts
 from met.model.recipes import embedded
@@ -90,9 +91,12 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--prompts", type=int, default=16, help="held-out prompts (width 1 and 4 use 4 of them)")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/decode.md"))
+    ap.add_argument("--out", type=Path,
+                    help="report (default: benchmarks/results/<box_class>/decode.md; its JSON beside it)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    box = box_class("cpu", threads=args.threads)
+    args.out = args.out or Path("benchmarks/results") / box / "decode.md"
     recipe = embedded()
     model = recipe.load()
     prompts = [encode(p) for p in heldout_prompts(args.prompts, prompt_bytes=200)]
@@ -117,7 +121,7 @@ def main() -> int:
         "| width | drafting | depth | tokens/s | spread | x plain | accepted drafts/step |",
         "|---:|---|---:|---:|---:|---:|---:|",
     ]
-    result = {"command": " ".join(sys.argv), "recipe": recipe.id, "rows": [], "outside_forward_share": {}}
+    result = {"command": " ".join(sys.argv), "box_class": box, "recipe": recipe.id, "rows": [], "outside_forward_share": {}}
     for w in (1, 4, 16):
         base = statistics.median(rates[(w, "off", 0)])
         for s, d in CONFIGS:

@@ -23,7 +23,7 @@ import torch
 import transformers
 
 from met.engine.generate import generate
-from met.engine.identity import device_name
+from met.engine.identity import box_class, device_name
 from met.engine.runner import ModelRunner
 from met.model.corpus import heldout_prompts
 from met.model.hf_export import export_hf
@@ -62,9 +62,12 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu", help="where both engines run, in float32 (cpu, cuda)")
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/peer_transformers.md"))
+    ap.add_argument("--out", type=Path,
+                    help="report (default: benchmarks/results/<box_class>/peer_transformers.md; JSON beside it)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    box = box_class(args.device, threads=args.threads)
+    args.out = args.out or Path("benchmarks/results") / box / "peer_transformers.md"
     recipe = embedded()
     model = recipe.load(torch.float32, args.device)
     runner = ModelRunner(model, 1)
@@ -136,7 +139,7 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     args.out.with_suffix(".json").write_text(json.dumps(
-        {"command": " ".join(sys.argv), "recipe": recipe.id, "tokens_per_s": rates, "median": med,
+        {"command": " ".join(sys.argv), "box_class": box, "recipe": recipe.id, "tokens_per_s": rates, "median": med,
          "texts_equal": agree, "ratios": ratios}, indent=2) + "\n")
     return 0
 

@@ -6,7 +6,7 @@ history length L, every step times the three proposers on the same history (inte
 rotated each step), then appends the stream's next token to all three; the table reports medians
 over the steps. One run measures everything side by side.
 
-    python3 benchmarks/prompt_lookup.py            # writes benchmarks/results/prompt_lookup.{md,json}
+    python3 benchmarks/prompt_lookup.py            # writes benchmarks/results/<box_class>/prompt_lookup.{md,json}
 """
 
 import argparse
@@ -25,6 +25,7 @@ import torch
 import transformers
 from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 
+from met.engine.identity import box_class
 from met.speculative import ngram
 from met.speculative.prompt_lookup import LookupParams, PromptLookup
 
@@ -152,11 +153,12 @@ def main() -> int:
     """Run the benchmark, print the table, write the results; exit 1 if a check fails."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=500, help="proposals timed per history length")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results", help="results folder")
+    parser.add_argument("--out", type=Path, help="results folder (default: benchmarks/results/<box_class>/)")
     args = parser.parse_args()
     torch.set_num_threads(TORCH_THREADS)
     command = shlex.join(["python3", "benchmarks/prompt_lookup.py", *sys.argv[1:]])
-    info = machine()
+    info = machine() | {"box_class": box_class("cpu", threads=TORCH_THREADS)}
+    args.out = args.out or Path(__file__).parent / "results" / info["box_class"]
     stream = stdlib_stream(LENGTHS[-1] + args.steps)
     ids = torch.tensor([stream], dtype=torch.long)  # ids: [1, total tokens]
     rows = []

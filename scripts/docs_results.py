@@ -2,9 +2,9 @@
 
 Every figure on those pages is read from a JSON file a benchmark wrote; none is typed by hand. Each
 table names the command that made it and the box it ran on: both are read from the JSON where it
-records them (`met bench policies` writes `meta.command` and `meta.machine`), else the box is the
-box-class folder the file sits in under benchmarks/results/ (the older scripts record only their
-command) and the command is the JSON's `command`.
+records them (`met bench policies` writes `meta.command` and `meta.machine`; decode, peer_transformers
+and prompt_lookup a `box_class`), else the box is the box-class folder the file sits in under
+benchmarks/results/ (results written before they recorded it) and the command is the JSON's `command`.
 
 The pages are committed, so they read on GitHub as well as on the site, and CI runs this script with
 `--check` before `mkdocs build --strict`: a results file added or changed without running the script
@@ -60,8 +60,8 @@ def kind(data: dict) -> str:
 def box_of(path: Path, data: dict) -> str:
     """The box class a results file ran on: its own record, else its folder under benchmarks/results/."""
     machine = data.get("meta", {}).get("machine") or data.get("machine") or {}
-    if machine.get("box_class"):
-        return machine["box_class"]
+    if machine.get("box_class") or data.get("box_class"):
+        return machine.get("box_class") or data["box_class"]
     parts = path.relative_to(RESULTS).parts
     return parts[0] if len(parts) > 1 else UNRECORDED
 
