@@ -8,7 +8,8 @@ benchmarks/results/ (results written before they recorded it) and the command is
 
 The pages are committed, so they read on GitHub as well as on the site, and CI runs this script with
 `--check` before `mkdocs build --strict`: a results file added or changed without running the script
-fails CI, naming the stale page (and a new box class's page missing from mkdocs.yml's nav). It runs
+fails CI, naming the stale page. A new box class's page is linked from the index (mkdocs.yml's
+`not_in_nav` lets it stay out of the nav until someone adds it there). It runs
 in CI rather than through the mkdocs-gen-files plugin: one plugin fewer, and the pages exist in a
 plain checkout.
 
@@ -292,15 +293,11 @@ def main() -> int:
     want = pages()
     stale = [p for p, text in want.items() if not p.exists() or p.read_text() != text]
     stale += [p for p in DOCS.glob("*.md") if p not in want]
-    nav = (ROOT / "mkdocs.yml").read_text()
-    missing = [p for p in want if p.name != "index.md" and f"results/{p.name}" not in nav]
-    for p in missing:
-        print(f"{p.relative_to(ROOT)}: add results/{p.name} to mkdocs.yml's nav (under Results)", file=sys.stderr)
     if args.check:
         for p in stale:
             print(f"{p.relative_to(ROOT)} is out of date with benchmarks/results; run python3 scripts/docs_results.py",
                   file=sys.stderr)
-        return 1 if stale or missing else 0
+        return 1 if stale else 0
     DOCS.mkdir(parents=True, exist_ok=True)
     for p in DOCS.glob("*.md"):
         if p not in want:
