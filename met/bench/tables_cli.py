@@ -9,24 +9,22 @@ PATH may be a folder: every *.toml under it is checked, and the status is the fi
 `--this-box tables/` checks only tables/<this box's class>/, the folder a cron job on this box keeps.
 """
 
+from __future__ import annotations  # the table types are imported where they are used: `met --help` needs none
+
 import tomllib
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich import box
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
+from met.choices import DEFAULT_RECIPE
 from met.exit_codes import EX_CONFIG, EX_DATAERR, EX_NOINPUT, EX_OK
 from met.path_option import nonempty_model, nonempty_path
-from met.speculative.spec_cost import AcceptanceCalibration, CostTable, DrafterMismatch, LookupBin, TableParseError
-from met.speculative.spec_cost import fields
-from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools, planned_kmax
-from met.speculative.spec_cost.plan import PlanSeq, copy_depth, estimate_depths, plan_depth, unknown
+
+if TYPE_CHECKING:
+    from met.speculative.spec_cost import AcceptanceCalibration, CostTable
 
 tables_app = typer.Typer(help="Check and show measured cost tables.", no_args_is_help=True, rich_markup_mode=None)
 
@@ -39,7 +37,6 @@ CalibrationOpt = Annotated[
     typer.Option("--calibration", parser=nonempty_path,
                  help="The drafter's calibration file: adds expected tokens, tok/s and tok/J."),
 ]
-DEFAULT_RECIPE = "met-tiny-py"  # met.model.recipes.DEFAULT_RECIPE, not imported: that module needs torch
 NoKeyOpt = Annotated[bool, typer.Option("--no-key", help="Check the file alone, not its key against this box.")]
 RecipeOpt = Annotated[str, typer.Option(
     "--recipe", "--model", parser=nonempty_model, help="The recipe the key is compared with: an embedded recipe's "
@@ -86,6 +83,8 @@ def read_text(path: Path) -> str:
 
 def load(path: Path) -> CostTable | AcceptanceCalibration:
     """The cost table or calibration in `path` (a calibration is the file with a [drafter] table)."""
+    from met.speculative.spec_cost import AcceptanceCalibration, CostTable, TableParseError, fields
+
     text = read_text(path)
     try:
         doc = tomllib.loads(text)
@@ -155,6 +154,8 @@ def this_box_folder(root: Path, box_class: str | None, device: str | None) -> Pa
 def _check_one(path: Path, no_key: bool, recipe: str, box_class: str | None, device: str | None,
                dtype: str | None) -> int:
     """Check one file, print its line (stdout) or its refusal (stderr); its exit status."""
+    from met.speculative.spec_cost import CostTable
+
     try:
         parsed = load(path)
         if not no_key:
@@ -199,6 +200,7 @@ def key_mismatches(parsed: CostTable | AcceptanceCalibration, recipe: str, box_c
     from met.engine import identity
     from met.model.recipes import RecipeError
     from met.model.sources import resolve
+    from met.speculative.spec_cost import AcceptanceCalibration, DrafterMismatch
 
     try:
         found = resolve(recipe)  # an embedded name, or a checkpoint folder (its recipe covers weights and config.json)
@@ -247,6 +249,8 @@ def measured_ago(meta: Mapping[str, object], now: datetime | None = None) -> str
     "measured 2026-11-30 02:11 UTC, 3 h 10 min ago": relative step costs drift with a box's load and
     clocks, so a table's age is worth seeing beside its plans (the planner itself reads no clock).
     """
+    from met.speculative.spec_cost import TableParseError, fields
+
     if "when" not in meta:
         return ""
     try:
@@ -275,6 +279,8 @@ def show(path: TableArg, calibration: CalibrationOpt = None, slack: SlackOpt = 0
     Exit statuses: 0 shown; 2 bad option; 65 (EX_DATAERR) the file (or --calibration) is invalid, or
     is a calibration where a table belongs (or the reverse); 66 (EX_NOINPUT) a file is missing.
     """
+    from met.speculative.spec_cost import AcceptanceCalibration, CostTable
+
     try:
         table = load(path)
         if not isinstance(table, CostTable):
@@ -284,124 +290,6 @@ def show(path: TableArg, calibration: CalibrationOpt = None, slack: SlackOpt = 0
             raise Refusal(EX_DATAERR, f"{calibration}: is a cost table, not a calibration (it has no [drafter])")
     except Refusal as exc:
         raise _refuse(exc) from None
-    console = Console()
-    key = table.key
-    when = measured_ago(table.meta)
-    console.print(f"[bold]{escape(str(path))}[/]: box_class '{escape(key.box_class)}', recipe "
-                  f"'{escape(key.recipe)}', energy_source '{key.energy_source}'" + (f"; {when}" if when else ""),
-                  highlight=False)
-    if cal is not None:
-        source = "the position priors" if cal.position_priors else "the overall rate (no position priors)"
-        console.print(f"calibration: drafter {escape(str(cal.drafter))}, {cal.outcomes} outcomes; expected tokens from "
-                      f"{source}; plan: the planner's depth at slack {slack:g}", highlight=False)
-        drafted_for = f"{cal.drafter.name}@{cal.drafter.digest}"
-        if cal.drafter.kind == "mtp" and drafted_for != key.recipe:  # the serve refuses this pair (78)
-            typer.echo(f"warning: the calibration was fitted on {drafted_for}'s MTP drafter and the table measured "
-                       f"{key.recipe}; met serve refuses such a pair (exit 78), so these plans are no serve's",
-                       err=True)
-    pools = VerifyPools(DEFAULT_POOLS.tiers, lift_wide_tier=lift_wide_tier)  # as met serve builds them
-    grids = [_lookup_table(cal), _copy_plans_table(cal, table, slack, pools)] if cal is not None and cal.lookup \
-        else []
-    if cal is not None and cal.lookup and cal.shared_lookup:
-        grids.insert(1, _lookup_table(cal, shared=True))
-    for grid in [*grids, *(_width_table(table, cal, n, slack, pools) for n in table.widths)]:
-        # never narrower than its figures (a pipe is 80 columns): rich would cut "0.6667" to "0.66…" or drop a column
-        need = console.measure(grid, options=console.options.update_width(1 << 12)).minimum
-        Console(width=max(console.width, need)).print(grid)
+    from met.bench.table_view import render  # rich, imported when a table is shown
 
-
-def _lookup_table(cal: AcceptanceCalibration, shared: bool = False) -> Table:
-    """Prompt lookup's bins: a copy's accept rate at each position (given the ones before it), by match length.
-
-    shared: the bins of copies from other requests (the shared lookup cache), else from the history.
-    """
-    bins = cal.shared_lookup if shared else cal.lookup
-    rows = []
-    shown = max(len(b.p_accept) for b in bins)  # every position: the planner copies up to 16 deep
-    for b in bins:
-        rates = [f"{p:.2f}" for p in b.p_accept[:shown]] + ["-"] * (shown - min(len(b.p_accept), shown))
-        rows.append([_match(b), str(b.outcomes[0]), *rates])
-    title = ("copies from other requests, where their match is longer than the history's own (the shared lookup "
-             "cache)" if shared else "prompt-lookup copies (the planner weighs them against drafting)")
-    return _grid(title, ["match", "copies", *(f"p{j}" for j in range(1, shown + 1))], rows)
-
-
-def _copy_plans_table(cal: AcceptanceCalibration, table: CostTable, slack: float, pools: VerifyPools) -> Table:
-    """At each width, the plan when every request's copy follows a match of a bin (copies as deep as the planner
-    copies there: the table's verify depth and COPY_POOLS; drafts expected from the position priors)."""
-    rows = []
-    for b in cal.lookup:
-        plans = []
-        for n in table.widths:
-            deepest = copy_depth(table, n)
-            copy = cal.copy_accepted_by_depth(b.min_match, deepest, deepest)
-            plans.append(plan_depth(table, cal, [PlanSeq(copy=copy)] * n, slack, kmax=_kmax(table, n, pools),
-                                    copy_kmax=deepest))
-        rows.append([_match(b), *(f"copy k={d.k}" if d.source == "lookup" else f"k={d.k}" for d in plans)])
-    title = (f"plan when every request's copy follows such a match (slack {slack:g}; copies as deep as the "
-             "planner's, drafts within the verify pools, as a serve's)")
-    return _grid(title, ["match", *(f"n = {n}" for n in table.widths)], rows)
-
-
-def _match(b: LookupBin) -> str:
-    """A bin's match lengths: "3" or "8-11"."""
-    return str(b.min_match) if b.min_match == b.max_match else f"{b.min_match}-{b.max_match}"
-
-
-def _grid(title: str, headers: list[str], rows: list[list[str]]) -> Table:
-    """A right-justified table whose columns are never narrower than their figures or their headers' words."""
-    grid = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
-    for i, header in enumerate(headers):  # a narrow terminal wraps the headers, never the figures
-        grid.add_column(header, justify="right", min_width=max(*map(len, header.split()), *(len(r[i]) for r in rows)))
-    for row in rows:
-        grid.add_row(*row)
-    return grid
-
-
-def _kmax(table: CostTable, n: int, pools: VerifyPools) -> int:
-    """The deepest a serve plans at width n (planned_kmax, as its policy takes it); the drafter is taken to draft as
-    deep as the table measured, as the embedded recipe's does."""
-    return planned_kmax(n, table.kmax, table.kmax, pools)
-
-
-def _width_table(table: CostTable, cal: AcceptanceCalibration | None, n: int, slack: float,
-                 pools: VerifyPools = DEFAULT_POOLS) -> Table:
-    """One width's rows: seconds in ms, joules as measured, and what each depth delivers; beside them the verify of
-    copies where the table measured it (past kmax, alone: nothing drafted there, nothing planned).
-
-    One rule for every row: the drafter's cell (verify, draft) to kmax, the copy verify cell where there is one,
-    "-" where there is none (a copy there is priced at the cell's verify ms).
-    """
-    copies = {c.k: c for c in table.verify_cells if c.n == n}
-    deepest = max([table.kmax, *copies])
-    catchups = any(table.cell(n, k).catchup_s is not None for k in range(1, table.kmax + 1))
-    headers = ["k", "verify ms", "draft ms"] + (["catch-up us/row"] if catchups else [])
-    headers += ["copy verify ms"] if copies else []
-    headers += ["verify J", "draft J"] + (["copy J"] if copies else []) if table.has_energy else []
-    if cal is not None:
-        headers += ["E tokens", "tok/s"] + (["tok/J"] if table.has_energy else []) + ["plan"]
-    estimates = estimate_depths(table, cal, unknown(n)) if cal is not None else []
-    kmax = _kmax(table, n, pools)
-    # the serve's plan, clamps included (its banner's first plan: SpecCostState.plan at the policy's kmax)
-    chosen = plan_depth(table, cal, unknown(n), slack, kmax=kmax).k if cal is not None else None
-    rows = []
-    for k in range(deepest + 1):
-        cell, copy = table.cell(n, k) if k <= table.kmax else None, copies.get(k)
-        row = [str(k), *(["-", "-"] if cell is None else [f"{cell.verify_s * 1e3:.4g}", f"{cell.draft_s * 1e3:.4g}"])]
-        if catchups:
-            row.append("-" if cell is None or cell.catchup_s is None else f"{cell.catchup_s * 1e6:.4g}")
-        if copies:
-            row.append("-" if copy is None else f"{copy.verify_s * 1e3:.4g}")
-        if table.has_energy:
-            row += ["-", "-"] if cell is None else [f"{cell.verify_j:.4g}", f"{cell.draft_j:.4g}"]
-            row += ["-" if copy is None else f"{copy.verify_j:.4g}"] if copies else []
-        if estimates and cell is not None:
-            e = estimates[k]
-            row += [f"{e.expected_tokens:.3f}", f"{e.tokens_per_s:.4g}"]
-            row += [f"{e.tokens_per_j:.4g}"] if table.has_energy else []
-            row.append("◀" if k == chosen else "")
-        rows.append(row + ["-"] * (len(headers) - len(row)))
-    title = f"width n = {n}" + (f", copies priced to k = {deepest}" if copies else "")
-    if cal is not None and kmax < table.kmax:  # the rows past it are what the pool forgoes, never planned
-        title += f"; the verify pool holds k <= {kmax}"
-    return _grid(title, headers, rows)
+    render(path, table, cal, slack, lift_wide_tier, measured_ago(table.meta))
