@@ -35,6 +35,7 @@ from starlette.requests import ClientDisconnect
 
 from met.engine.logits import TokenLogprob
 from met.engine.policy import PolicyConfig, build_policy
+from met.engine.prompts import unencodable
 from met.engine.requests import Delta, Event, Failed, Finished, Request
 from met.engine.runner import ModelRunner, Sampling
 from met.engine.scheduler import Draining, Scheduler
@@ -54,6 +55,7 @@ log = logging.getLogger("met.serve")
 
 MAX_BODY_BYTES = 4 << 20  # far above any prompt a context holds; refuses a runaway upload early
 DISCONNECT_POLL_S = 0.5  # how often a plain (non-streamed) request checks that its client is still there
+MAX_NAMED = 16  # ignored fields named in the header and the log
 MAX_IN_FLIGHT = 1024  # engine requests queued or running; past it a request is a 429 (retry later)
 
 
@@ -110,6 +112,8 @@ class Service:
             text = self.chat.render(docs, add_generation_prompt, tools=tools, variables=kwargs)
         except TemplateError as exc:
             raise ApiError(400, str(exc), "invalid_value", "messages") from None
+        if (bad := unencodable(text)) is not None:  # JSON's \ud800 escapes decode to lone surrogates
+            raise ApiError(400, f"the conversation {bad}", "invalid_value", "messages")
         return self.tokenizer.encode(text, add_special_tokens=False)  # the template writes the special tokens
 
     def prompt_ids(self, prompt: str | list[int], add_special_tokens: bool = True) -> list[int]:
@@ -310,7 +314,13 @@ def create_app(service: Service) -> FastAPI:
     def openapi() -> dict:
         if app.openapi_schema is None:
             doc = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
-            doc.setdefault("components", {}).setdefault("schemas", {}).update(body_schemas)
+            found = doc.setdefault("components", {}).setdefault("schemas", {})
+            found.update(body_schemas)
+            served = {"type": "string", "enum": list(names)}  # the names this server answers to, not any string
+            for name in ("CompletionRequest", "ChatRequest"):
+                found[name]["properties"]["model"] = served | {"title": "Model"}
+            for name in ("TokenizeRequest", "DetokenizeRequest"):  # optional there
+                found[name]["properties"]["model"] = {"anyOf": [served, {"type": "null"}], "title": "Model"}
             app.openapi_schema = doc
         return app.openapi_schema
 
@@ -390,6 +400,8 @@ def create_app(service: Service) -> FastAPI:
         if body.messages is not None:
             ids = service.render(body.messages, body.add_generation_prompt is not False)
         else:
+            if (bad := unencodable(body.prompt or "")) is not None:
+                raise ApiError(400, f"the prompt {bad}", "invalid_value", "prompt")
             ids = service.tokenizer.encode(body.prompt or "", body.add_special_tokens is not False)
         doc = {"count": len(ids), "max_model_len": service.scheduler.max_len, "tokens": ids, "token_strs": None}
         if body.return_token_strs:
@@ -470,8 +482,12 @@ async def _answer(service: Service, metrics: ServeMetrics, http: HttpRequest, jo
     """Queue the job's choices and answer: a stream of chunks, or one response when all have finished."""
     headers = {}
     if ignored:
-        headers["x-met-ignored-fields"] = ", ".join(ignored)
-        log.warning("%s %s: ignored fields met does not apply: %s", http.method, http.url.path, ", ".join(ignored))
+        # a header is latin-1: a name of other characters is written escaped (and the list cut short)
+        shown = [n.encode("ascii", "backslashreplace").decode("ascii")[:64] for n in ignored[:MAX_NAMED]]
+        more = f", and {len(ignored) - MAX_NAMED} more" if len(ignored) > MAX_NAMED else ""
+        headers["x-met-ignored-fields"] = ", ".join(shown) + more
+        log.warning("%s %s: ignored fields met does not apply: %s%s", http.method, http.url.path, ", ".join(shown),
+                    more)
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
     started = loop.time()

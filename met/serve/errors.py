@@ -25,6 +25,9 @@ class ApiError(Exception):
 
 
 def error_body(status: int, message: str, code: str, param: str | None = None) -> dict:
-    """OpenAI's error object for a status."""
-    return {"error": {"message": message, "type": _TYPES.get(status, "invalid_request_error"),
-                      "code": code, "param": param}}
+    """OpenAI's error object for a status (a lone surrogate a client sent, echoed in the message, written escaped)."""
+    def text(s: str | None) -> str | None:
+        return None if s is None else s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+    return {"error": {"message": text(message), "type": _TYPES.get(status, "invalid_request_error"),
+                      "code": code, "param": text(param)}}
