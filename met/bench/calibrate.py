@@ -8,10 +8,12 @@ when every draft before it in its chain was accepted, and each judged draft give
 draft of its sequence's step before: the carry-over's input; None on a sequence's first step).
 """
 
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from met import bounded_read
 from met.engine.prompts import PromptError, read_jsonl_prompts
 from met.engine.runner import Draft, ModelRunner, Sampling
 from met.model.corpus import calibration_windows
@@ -46,7 +48,12 @@ def read_prompts(path: Path, params: CalibrationParams) -> list[str]:
     """Prompts from a folder (each file's first prompt_bytes bytes) or a JSON Lines file (strings or {"prompt": ...})."""
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.is_file())
-        prompts = [p.read_bytes()[: params.prompt_bytes].decode("utf-8", errors="ignore") for p in files]
+        try:  # each file's first prompt_bytes only: a FIFO or a device among them is refused, never read
+            prompts = [_head(p, params.prompt_bytes).decode("utf-8", errors="ignore") for p in files]
+        except bounded_read.FileRefused as exc:
+            raise PromptError(str(exc)) from None
+        except OSError as exc:
+            raise PromptError(f"{path}: cannot be read ({exc})") from None
         prompts = [p for p in prompts if p]
         if not prompts:
             what = f"{len(files)} files, none with UTF-8 text in its first {params.prompt_bytes} bytes" if files else \
@@ -54,6 +61,15 @@ def read_prompts(path: Path, params: CalibrationParams) -> list[str]:
             raise PromptError(f"{path}: the folder holds {what} to use as prompts")
         return prompts
     return read_jsonl_prompts(path, hint=", or pass a folder of text files")
+
+
+def _head(path: Path, size: int) -> bytes:
+    """The first `size` bytes of a regular file."""
+    fd = bounded_read.open_regular(path)
+    try:
+        return os.read(fd, size)
+    finally:
+        os.close(fd)
 
 
 def default_prompts(params: CalibrationParams) -> list[str]:

@@ -11,13 +11,15 @@ are removed by the next run that holds the lock.
 
 import fcntl
 import os
+import stat
 import statistics
 import tempfile
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from met import bounded_read
+from met.speculative.spec_cost import fields
 from met.speculative.spec_cost import Cell, CostTable, TableKey, TableParseError, VerifyCell
 
 TEMP_SUFFIX = ".tmp"
@@ -29,6 +31,34 @@ class LockHeld(Exception):
 
 class Unwritable(Exception):
     """The table cannot be written there: its path is a folder, or its folder or lock file cannot be created."""
+
+
+def _refuse_special(path: Path, what: str) -> None:
+    """Unwritable if something that is no regular file (a FIFO, a device, a socket) is at path: never opened."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # absent (or a dangling link, refused by resolve_out): nothing to refuse here
+        return
+    if (kind := bounded_read.kind_of(mode)) is not None:
+        raise Unwritable(f"{what} {bounded_read.escape(str(path))} is {kind}, not a regular file; pass another "
+                         "path or remove it")
+
+
+def resolve_out(path: Path) -> Path:
+    """The file a run replaces at `path`: a symlink's target (replacing the link would leave its target stale).
+
+    Unwritable for a dangling link: its target's folder is not one the user named.
+    """
+    try:
+        if not path.is_symlink():
+            return path
+        target = Path(os.path.realpath(path))
+    except OSError:  # a name too long to look up: the lock or the write check refuses it in one line
+        return path
+    if not target.exists():
+        raise Unwritable(f"{path} is a symbolic link to {target}, which does not exist; point it at a table "
+                         "or pass the path itself")
+    return target
 
 
 def lock_path(table: Path) -> Path:
@@ -51,14 +81,24 @@ class TableLock:
     def __enter__(self) -> "TableLock":
         if self.table.is_dir():
             raise Unwritable(f"{self.table} is a directory; pass the table's file path")
+        _refuse_special(self.table, "the table's path")
         above = next((p for p in self.table.parents if p.exists()), None)
         if above is not None and not above.is_dir():
             raise Unwritable(f"cannot put the table under {above}: it is a file, not a folder")
+        _refuse_special(self.path, "the lock file")
+        created = False
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:  # O_EXCL first: a lock file this run made is removed again if it cannot be written
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+                created = True
+            except FileExistsError:
+                fd = os.open(self.path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
             raise Unwritable(f"cannot create the lock file {self.path}: {exc.strerror or exc}") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO after the check above
+            os.close(fd)
+            raise Unwritable(f"the lock file {self.path} is not a regular file; remove it")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -67,8 +107,14 @@ class TableLock:
             who = f" (pid {holder})" if holder.isdigit() else ""
             raise LockHeld(f"another met bench spec-cost run holds {self.path}{who}; the table was not "
                            "touched, try again when it has finished") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as exc:  # a full disk: nothing measured, and no empty lock file left behind
+            if created:
+                self.path.unlink(missing_ok=True)
+            os.close(fd)
+            raise Unwritable(f"cannot write the lock file {self.path}: {exc.strerror or exc}") from None
         self._fd = fd
         return self
 
@@ -133,6 +179,48 @@ def commit(temp: Path, path: Path) -> None:
         os.close(folder)
 
 
+def commit_pair(staged: list[tuple[Path, Path]]) -> None:
+    """Replace each path with its staged temp file, all of them or none: a failed rename puts back what it replaced.
+
+    Each file there before is kept under a hard link (a temp name the next run clears) until every
+    rename has succeeded; on an OSError the paths replaced so far get their old files back (or are
+    removed where there was none), the temps are removed, and the error is raised. A reader may see
+    the new first file beside the old second one for the moment between two renames; a run killed
+    in that moment leaves them so.
+    """
+    done: list[tuple[Path, Path | None]] = []  # (path replaced, its old file's hard link or None)
+    links: list[Path] = []
+    try:
+        for temp, path in staged:
+            old = None
+            if path.exists():
+                old = Path(tempfile.mktemp(prefix=_temp_prefix(path), suffix=TEMP_SUFFIX, dir=path.parent))
+                os.link(path, old)
+                links.append(old)
+            os.replace(temp, path)
+            done.append((path, old))
+    except BaseException:
+        for path, old in reversed(done):
+            try:
+                if old is not None:
+                    os.replace(old, path)
+                else:
+                    path.unlink(missing_ok=True)
+            except OSError:
+                pass
+        for temp in [t for t, _ in staged] + links:
+            temp.unlink(missing_ok=True)
+        raise
+    for link in links:
+        link.unlink(missing_ok=True)
+    for folder in dict.fromkeys(path.parent for _, path in staged):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Replace `path` with `text` whole: temp file in the same folder, fsync, os.replace, fsync the folder."""
     commit(stage(path, text), path)
@@ -173,9 +261,11 @@ def foreign_calibration(path: Path) -> str | None:
 def _read(path: Path) -> tuple[str | None, str | None]:
     """(the file's text, None), or (None, why it cannot be read as UTF-8 text); (None, None) when there is none."""
     try:
-        return path.read_text(encoding="utf-8"), None
+        return bounded_read.read_text(path, bounded_read.TABLE_LIMIT), None
     except FileNotFoundError:
         return None, None
+    except bounded_read.FileRefused as exc:
+        return None, exc.reason
     except UnicodeDecodeError as exc:
         return None, f"is not UTF-8 text ({exc.reason} at byte {exc.start})"
     except OSError as exc:
@@ -185,8 +275,8 @@ def _read(path: Path) -> tuple[str | None, str | None]:
 def _ours(text: str, section: str) -> bool:
     """Whether text is TOML with an integer `schema` and a [section] table: a met file, valid or not."""
     try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
+        doc = fields.load(text)  # shape-checked first: a bomb at --out is refused, not parsed
+    except TableParseError:
         return False
     return isinstance(doc.get("schema"), int) and isinstance(doc.get(section), dict)
 

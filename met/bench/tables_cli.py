@@ -11,7 +11,6 @@ PATH may be a folder: every *.toml under it is checked, and the status is the fi
 
 from __future__ import annotations  # the table types are imported where they are used: `met --help` needs none
 
-import tomllib
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from met import bounded_read
 from met.choices import DEFAULT_RECIPE
 from met.exit_codes import EX_CONFIG, EX_DATAERR, EX_NOINPUT, EX_OK
 from met.path_option import nonempty_model, nonempty_path
@@ -66,9 +66,12 @@ class Refusal(Exception):
 
 
 def read_text(path: Path) -> str:
-    """The file's UTF-8 text; Refusal 66 if it cannot be read, 65 if it is not UTF-8."""
+    """The file's UTF-8 text, read bounded; Refusal 66 if it cannot be read, 65 if it is not UTF-8, not a regular
+    file (a FIFO, a device, a socket) or larger than bounded_read.TABLE_LIMIT."""
     try:
-        data = path.read_bytes()
+        data = bounded_read.read_bytes(path, bounded_read.TABLE_LIMIT)  # a FIFO, /dev/zero or a bomb: refused
+    except bounded_read.FileRefused as exc:
+        raise Refusal(EX_DATAERR, str(exc)) from None
     except FileNotFoundError:
         raise Refusal(EX_NOINPUT, f"{path}: no such file") from None
     except IsADirectoryError:
@@ -87,8 +90,8 @@ def load(path: Path) -> CostTable | AcceptanceCalibration:
 
     text = read_text(path)
     try:
-        doc = tomllib.loads(text)
-    except Exception:  # CostTable.parse below reports the TOML error in its own words
+        doc = fields.load(text)  # shape-checked before tomllib sees it
+    except TableParseError:  # CostTable.parse below reports it in its own words
         doc = {}
     kind = AcceptanceCalibration if "drafter" in doc else CostTable
     try:

@@ -4,6 +4,8 @@ import json
 import re
 from pathlib import Path
 
+import met.bounded_read as bounded_read
+
 _LINE_END = re.compile(r"\r\n|\r|\n")
 
 
@@ -20,11 +22,13 @@ def read_jsonl_prompts(path: Path, hint: str = "") -> list[str]:
     try:
         # utf-8-sig: a BOM (Windows editors write one) is not part of the first line. Lines end at \n, \r\n
         # or \r only: str.splitlines also splits at U+2028, U+2029 and NEL, which json.dumps leaves raw in strings
-        lines = _LINE_END.split(path.read_text(encoding="utf-8-sig"))
+        lines = _LINE_END.split(bounded_read.read_text(path, bounded_read.PROMPTS_LIMIT, "utf-8-sig"))
     except FileNotFoundError:
         raise PromptsMissing(f"{path}: no such file or folder") from None
     except IsADirectoryError:
         raise PromptError(f"{path}: is a folder; pass a JSON Lines file") from None
+    except bounded_read.FileRefused as exc:  # a FIFO, a device, a file past the limit
+        raise PromptError(str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise PromptError(f"{path}: cannot be read as UTF-8 text ({exc})") from None
     prompts = []
@@ -33,8 +37,9 @@ def read_jsonl_prompts(path: Path, hint: str = "") -> list[str]:
             continue
         try:
             item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise PromptError(f'{path}:{i}: not JSON ({exc.msg}); each line is a JSON string or {{"prompt": "..."}}'
+        except (json.JSONDecodeError, RecursionError) as exc:  # RecursionError: arrays nested past the stack
+            why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deep"
+            raise PromptError(f'{path}:{i}: not JSON ({why}); each line is a JSON string or {{"prompt": "..."}}'
                               f"{hint}") from None
         text = item.get("prompt") if isinstance(item, dict) else item
         if not isinstance(text, str) or not text:

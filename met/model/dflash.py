@@ -19,6 +19,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import nn
 
+import met.bounded_read as bounded_read
 from met.exit_codes import EX_DATAERR, EX_NOINPUT
 from met.model.config import ModelConfig
 from met.model.transformer import RMSNorm, Transformer
@@ -137,9 +138,12 @@ def load_drafter(path: Path, target_id: str, dtype: torch.dtype = torch.float32,
     if not path.exists():
         raise DrafterError(EX_NOINPUT, f"no DFlash drafter at {path}; train one with: {train}")
     try:
+        bounded_read.check_regular(path)  # a FIFO or a device: refused, never mapped
         with safe_open(str(path), framework="pt") as f:
             meta = f.metadata() or {}
             state = {k: f.get_tensor(k) for k in f.keys()}
+    except bounded_read.FileRefused as exc:
+        raise DrafterError(EX_DATAERR, str(exc)) from None
     except (SafetensorError, OSError) as exc:
         raise DrafterError(EX_DATAERR, f"{path} cannot be read as a safetensors file ({exc})") from None
     if "dflash_config" not in meta:

@@ -15,6 +15,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+import met.bounded_read as bounded_read
+
 CACHE_FILE = "digests.json"
 MAX_ENTRIES = 256  # folders remembered; the oldest entries go first
 
@@ -58,7 +60,7 @@ def _read() -> dict:
     if (folder := cache_dir()) is None:
         return {}
     try:
-        doc = json.loads((folder / CACHE_FILE).read_text(encoding="utf-8"))
+        doc = bounded_read.read_json(folder / CACHE_FILE, bounded_read.CONFIG_LIMIT)
     except (OSError, ValueError):
         return {}
     return doc if isinstance(doc, dict) else {}

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
+import met.bounded_read as bounded_read
 from met.model.config import ModelConfig
 from met.model.errors import CheckpointError, RecipeError
 from met.model.hf_config import read_hf_config
@@ -25,16 +26,28 @@ def weight_files(folder: Path) -> list[Path]:
     index = folder / INDEX
     if index.exists():
         try:
-            names = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-        except (OSError, ValueError, KeyError, AttributeError) as exc:
+            names = sorted(set(bounded_read.read_json(index, bounded_read.CONFIG_LIMIT)["weight_map"].values()))
+        except (OSError, ValueError, KeyError, AttributeError, TypeError) as exc:
             raise CheckpointError(f"cannot read {index}: {exc!r}") from None
         files = [folder / n for n in names]
         if missing := [f.name for f in files if not f.exists()]:
             raise RecipeError(f"{index} names shards that are not in the folder: {', '.join(missing[:5])}")
-        return files
+        return _regular(files)
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise RecipeError(f"{folder} holds no *.safetensors weights (met does not read .bin or .pth checkpoints)")
+    return _regular(files)
+
+
+def _regular(files: list[Path]) -> list[Path]:
+    """The weight files, each a regular file (a FIFO or a device would hang or never end the digest): CheckpointError."""
+    for path in files:
+        try:
+            bounded_read.check_regular(path)
+        except bounded_read.FileRefused as exc:
+            raise CheckpointError(str(exc)) from None
+        except OSError as exc:
+            raise CheckpointError(f"cannot read {path}: {exc.strerror or exc}") from None
     return files
 
 

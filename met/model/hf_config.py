@@ -1,11 +1,11 @@
 """A checkpoint folder's config.json as a ModelConfig: the Llama and Qwen2 families, anything else refused by name."""
 
-import json
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import met.bounded_read as bounded_read
 from met.model.config import ModelConfig
 from met.model.errors import CheckpointError, RecipeError
 
@@ -86,11 +86,13 @@ def _positive(doc: dict, path: Path, key: str, default: float, where: str = "") 
 
 def _json(path: Path) -> dict:
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = bounded_read.read_json(path, bounded_read.CONFIG_LIMIT)  # a FIFO or /dev/zero is refused unread
     except FileNotFoundError:
         raise RecipeError(f"{path.parent} has no {path.name}; a checkpoint folder holds config.json, "
                           "*.safetensors and tokenizer.json") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except bounded_read.FileRefused as exc:
+        raise CheckpointError(str(exc)) from None
+    except OSError as exc:
         raise CheckpointError(f"cannot read {path}: {exc}") from None
     if not isinstance(doc, dict):
         raise CheckpointError(f"{path} is not a JSON object")

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+import met.bounded_read as bounded_read
 from met.model.config import ModelConfig
 from met.model.transformer import Transformer
 
@@ -46,10 +47,7 @@ def write_card(card: dict, path: Path) -> None:
 
 def read_card(path: Path) -> dict:
     """Read a model card: a JSON object; ValueError naming the file when it is not one (OSError when unreadable)."""
-    try:
-        card = json.loads(path.read_text())
-    except ValueError as exc:  # JSONDecodeError, and UnicodeDecodeError of bytes that are not UTF-8
-        raise ValueError(f"{path} is not JSON ({exc})") from None
+    card = bounded_read.read_json(path, bounded_read.CONFIG_LIMIT)  # FileRefused (a ValueError) naming the file
     if not isinstance(card, dict):
         raise ValueError(f"{path} is not a JSON object (it holds a {type(card).__name__})")
     return card

@@ -53,9 +53,16 @@ def _whole(x: object, lo: int, hi: int) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and lo <= x <= hi
 
 
-def _positive(x: object) -> bool:
+def _seconds(x: object) -> bool:
+    """A step's seconds: 1 us to an hour (what the planner can divide by, and a box can take)."""
     f = _finite(x)
-    return f is not None and f > 0
+    return f is not None and 1e-6 <= f <= 3600
+
+
+def _joules(x: object) -> bool:
+    """A step's joules: 1 nJ to 10 MJ."""
+    f = _finite(x)
+    return f is not None and 1e-9 <= f <= 1e7
 
 
 def _zero(x: object) -> bool:
@@ -81,39 +88,43 @@ def _meta_ok(meta: object) -> bool:
 
 def _date_time(when: object) -> bool:
     """`when` says a moment: a TOML date-time or date, or text Python reads as an ISO 8601 date-time."""
-    if isinstance(when, dt.date):  # a datetime is a date too
-        return True
-    if not isinstance(when, str):
+    if isinstance(when, str):
+        try:
+            when = dt.datetime.fromisoformat(when)
+        except ValueError:
+            return False
+    if not isinstance(when, dt.date):  # a datetime is a date too
         return False
-    try:
-        dt.datetime.fromisoformat(when)
-    except ValueError:
-        return False
+    if isinstance(when, dt.datetime) and when.tzinfo is not None:
+        try:  # it must be a moment in years 1..9999 in UTC (0001-01-01T00:00:00+23:59 is not)
+            when.astimezone(dt.timezone.utc)
+        except OverflowError:
+            return False
     return True
 
 
 def _cell_ok(c: object, source: str) -> tuple[int, int] | None:
     if not isinstance(c, dict) or not CELL_REQUIRED <= set(c) <= CELL_REQUIRED | CELL_OPTIONAL:
         return None
-    if not (_whole(c["n"], 1, 1 << 16) and _whole(c["k"], 0, 64) and _positive(c["verify_s"])):
+    if not (_whole(c["n"], 1, 1 << 16) and _whole(c["k"], 0, 64) and _seconds(c["verify_s"])):
         return None
     k = c["k"]
-    if not (_zero(c["draft_s"]) if k == 0 else _positive(c["draft_s"])):
+    if not (_zero(c["draft_s"]) if k == 0 else _seconds(c["draft_s"])):
         return None
     joules = "verify_j" in c or "draft_j" in c
     if joules != (source != "none"):
         return None  # joules exactly when the table was metered
     if joules:
-        if "verify_j" not in c or "draft_j" not in c or not _positive(c["verify_j"]):
+        if "verify_j" not in c or "draft_j" not in c or not _joules(c["verify_j"]):
             return None
-        if not (_zero(c["draft_j"]) if k == 0 else _positive(c["draft_j"])):
+        if not (_zero(c["draft_j"]) if k == 0 else _joules(c["draft_j"])):
             return None
     for name in ("verify_s_spread", "draft_s_spread", "verify_j_spread", "draft_j_spread"):
         if name in c and not _spread(c[name]):
             return None
         if name in c and name.endswith("_j_spread") and not joules:
             return None
-    if "catchup_s" in c and (k == 0 or not _spread(c["catchup_s"])):
+    if "catchup_s" in c and (k == 0 or not _spread(c["catchup_s"]) or float(c["catchup_s"]) > 3600):
         return None  # a cost per row behind, >= 0, of drafting steps only
     return c["n"], k
 
@@ -129,9 +140,9 @@ def _verify_cells_ok(rows: object, source: str, widths: set[int], kmax: int) -> 
             return False
         if not (_whole(c["n"], 1, 1 << 16) and c["n"] in widths and _whole(c["k"], 1, 64)):
             return False
-        if not _positive(c["verify_s"]) or ("verify_j" in c) != (source != "none"):
+        if not _seconds(c["verify_s"]) or ("verify_j" in c) != (source != "none"):
             return False
-        if "verify_j" in c and not _positive(c["verify_j"]):
+        if "verify_j" in c and not _joules(c["verify_j"]):
             return False
         if not all(_spread(c[name]) for name in ("verify_s_spread", "verify_j_spread") if name in c):
             return False

@@ -27,7 +27,7 @@ def make_table(widths=(1, 4), kmax=2, key=KEY, verify=lambda n, k: 0.01 * n + 0.
 
 # -- valid tables, as a strategy ------------------------------------------------------------
 
-costs = st.floats(min_value=1e-9, max_value=1e3, allow_nan=False, allow_infinity=False)
+costs = st.floats(min_value=1e-6, max_value=1e3, allow_nan=False, allow_infinity=False)  # 1 us: a step's least
 spreads = st.none() | st.floats(min_value=0.0, max_value=1e3)
 meta_values = st.text(max_size=20) | st.integers(-(2**63), 2**63 - 1) | st.booleans() | costs
 

@@ -51,8 +51,14 @@ def number(value: object, field: str) -> float:
     return result
 
 
-def cost(value: object, field: str, *, zero: bool = False) -> float:
-    """A measured cost: finite and positive, or exactly 0 where `zero` (no drafts at k = 0)."""
+# What one measured step can cost: the planner divides tokens by these, so its every rate stays finite
+# (at most 65,536 x 65 tokens per step over 1 us or 1 nJ), and nothing a box measures falls outside them.
+MIN_STEP_S, MAX_STEP_S = 1e-6, 3600.0  # a step of at least 1 us and at most an hour
+MIN_STEP_J, MAX_STEP_J = 1e-9, 1e7  # at least 1 nJ, at most 10 MJ (an hour at 2.8 kW)
+
+
+def cost(value: object, field: str, *, zero: bool = False, unit: str = "s") -> float:
+    """A measured step's seconds (unit "s") or joules ("J"): within the bounds above, or exactly 0 where `zero`."""
     result = _float(value, field)
     if zero:
         if result != 0.0:
@@ -60,6 +66,9 @@ def cost(value: object, field: str, *, zero: bool = False) -> float:
         return 0.0
     if not (math.isfinite(result) and result > 0.0):
         raise TableParseError(field, value, "is not a finite positive cost")
+    lo, hi = (MIN_STEP_S, MAX_STEP_S) if unit == "s" else (MIN_STEP_J, MAX_STEP_J)
+    if not lo <= result <= hi:
+        raise TableParseError(field, value, f"is not a step's cost (a step costs {lo:g}..{hi:g} {unit})")
     return result
 
 
@@ -90,10 +99,48 @@ def text(value: object, field: str) -> str:
     return value
 
 
+MAX_TEXT = 64 << 20  # characters of a table or calibration: a 65,536-width table at depth 4 is about 40 MB
+MAX_NESTING = 32  # arrays and inline tables inside each other; a met file nests 2 deep
+MAX_KEY_PARTS = 32  # parts of one dotted key (a.b.c is 3); a met file's longest has 2
+# what the shape scan skips: strings (multi-line first) and comments, where brackets and dots mean nothing
+_SKIPPED = re.compile(r'"""(?:[^\\"]++|\\[\s\S]|"(?!""))*+"{3,5}'
+                      r"|'''(?:[^']++|'(?!''))*+'{3,5}"
+                      r'|"(?:[^\\"\n]++|\\.)*+"'
+                      r"|'[^'\n]*+'"
+                      r"|#[^\n]*+")
+_NOT_BRACKET = re.compile(r"[^\[\]{}]++")
+_NOT_DOT_OR_END = re.compile(r"[^.\n=,\[\]{}]++")  # a key's parts end at a newline, =, a comma or a bracket
+
+
+def check_toml_shape(text_: str) -> None:
+    """TableParseError if TOML text nests deeper than MAX_NESTING or has a key of more than MAX_KEY_PARTS parts.
+
+    A cheap scan before tomllib parses: its memory grows far faster than the text for a long
+    dotted key (a 200 KB one of 100,000 parts took 23 GB) and its stack with nesting. Strings
+    and comments are skipped; each pass is one regular expression over the text.
+    """
+    if len(text_) > MAX_TEXT:
+        raise TableParseError("", None, f"the text is {len(text_)} characters, more than the {MAX_TEXT} a met file "
+                              "may hold", show_value=False)
+    if text_.count("[") + text_.count("{") <= MAX_NESTING and text_.count(".") < MAX_KEY_PARTS:
+        return  # a small file: neither limit can be reached
+    rest = _SKIPPED.sub(" ", text_)
+    if "." * MAX_KEY_PARTS in _NOT_DOT_OR_END.sub("", rest):
+        raise TableParseError("", None, f"not valid TOML for met: a dotted key of more than {MAX_KEY_PARTS} parts "
+                              "(refused before parsing)", show_value=False)
+    depth = 0
+    for c in _NOT_BRACKET.sub("", rest):
+        depth += 1 if c in "[{" else -1
+        if depth > MAX_NESTING:
+            raise TableParseError("", None, f"not valid TOML for met: arrays or tables nested more than "
+                                  f"{MAX_NESTING} deep (refused before parsing)", show_value=False)
+
+
 def load(text_: object) -> dict:
-    """Parse TOML text; any failure is a TableParseError naming where TOML stopped."""
+    """Parse TOML text (its shape checked first: check_toml_shape); any failure is a TableParseError."""
     if not isinstance(text_, str):
         raise TableParseError("", text_, "is not text (expected the TOML file's contents as a str)")
+    check_toml_shape(text_)
     try:
         return tomllib.loads(text_)
     # tomllib raises TOMLDecodeError, but also ValueError (an integer of > 4300 digits) and
@@ -178,7 +225,12 @@ def measured_at(value: object, field: str = "meta.when") -> dt.datetime:
         when = dt.datetime.combine(when, dt.time())
     if not isinstance(when, dt.datetime):
         raise TableParseError(field, value, "is not a date-time (met writes 2026-11-30T02:11:06Z)")
-    return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
+    when = when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
+    try:  # 0001-01-01T00:00:00+23:59 is a valid TOML date-time before year 1 in UTC: no datetime holds it
+        when.astimezone(dt.UTC)
+    except (OverflowError, ValueError):
+        raise TableParseError(field, value, "is a date-time outside years 1..9999 in UTC") from None
+    return when
 
 
 def _meta_scalar(value: object, path: str) -> None:

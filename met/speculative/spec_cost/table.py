@@ -57,8 +57,8 @@ class Cell:
             raise TableParseError(absent, None, "is missing (a cell has both verify_j and draft_j, or neither)",
                                   show_value=False)
         if self.verify_j is not None:
-            set_(self, "verify_j", fields.cost(self.verify_j, "verify_j"))
-            set_(self, "draft_j", fields.cost(self.draft_j, "draft_j", zero=self.k == 0))
+            set_(self, "verify_j", fields.cost(self.verify_j, "verify_j", unit="J"))
+            set_(self, "draft_j", fields.cost(self.draft_j, "draft_j", zero=self.k == 0, unit="J"))
         for attr in _SPREADS:
             set_(self, attr, fields.spread(getattr(self, attr), attr))
             if attr.endswith("_j_spread") and getattr(self, attr) is not None and self.verify_j is None:
@@ -67,8 +67,8 @@ class Cell:
             if self.k == 0:
                 raise TableParseError("catchup_s", self.catchup_s, "is given at k = 0 (a plain step drafts nothing)")
             set_(self, "catchup_s", fields.number(self.catchup_s, "catchup_s"))
-            if self.catchup_s < 0.0:
-                raise TableParseError("catchup_s", self.catchup_s, "is not a cost per row (finite and >= 0)")
+            if not 0.0 <= self.catchup_s <= fields.MAX_STEP_S:
+                raise TableParseError("catchup_s", self.catchup_s, f"is not a cost per row (0..{fields.MAX_STEP_S:g} s)")
 
     @property
     def wall_s(self) -> float:
@@ -109,7 +109,7 @@ class VerifyCell:
         fields.whole(self.k, "k", 1, MAX_DEPTH)
         set_(self, "verify_s", fields.cost(self.verify_s, "verify_s"))
         if self.verify_j is not None:
-            set_(self, "verify_j", fields.cost(self.verify_j, "verify_j"))
+            set_(self, "verify_j", fields.cost(self.verify_j, "verify_j", unit="J"))
         for attr in ("verify_s_spread", "verify_j_spread"):
             set_(self, attr, fields.spread(getattr(self, attr), attr))
         if self.verify_j_spread is not None and self.verify_j is None:
