@@ -67,6 +67,12 @@ def box_of(path: Path, data: dict) -> str:
     return parts[0] if len(parts) > 1 else UNRECORDED
 
 
+def run_name(path: Path) -> str:
+    """A policies run's name: its folder under the box class's folder (or its file's stem)."""
+    parts = path.relative_to(RESULTS).parts[1:-1] if len(path.relative_to(RESULTS).parts) > 1 else ()
+    return "/".join(parts) if path.name == "policies.json" and parts else path.stem
+
+
 def command_of(data: dict) -> str:
     """The command that wrote a results file, as it records it (a bare script path gets its python3)."""
     command = data.get("meta", {}).get("command") or data.get("command") or "(not recorded)"
@@ -115,7 +121,7 @@ def policies_section(path: Path, data: dict) -> list[str]:
     """One `met bench policies` run: its table, spreads, output identity and the planner's checks."""
     meta, rows = data["meta"], data["rows"]
     workload = meta.get("workload", {})
-    name = path.parent.name if path.name == "policies.json" else path.stem
+    name = run_name(path)
     spreads = [r["spread"] for r in rows if r.get("spread") is not None]
     lines = [f"### `{name}`", "", ran_on(path, data), "",
              f"Tokens/s, median of {workload.get('repeats', '?')} repeats ({workload.get('prompts', '?')} prompts x "
@@ -269,6 +275,21 @@ def index_page(boxes: dict[str, list[tuple[str, Path, dict]]]) -> str:
     for box, files in sorted(boxes.items()):
         kinds = ", ".join(dict.fromkeys(k for k, _, _ in files))
         lines.append(f"| [`{box}`]({box}.md) | {len(files)} | {kinds} |")
+    lines += ["", "## The planner's checks at a glance", "",
+              "Each `met bench policies` run's verdicts on the planner's three checks (within 3% of every fixed "
+              "depth at every concurrency; 10% ahead of the best fixed depth on average; 1.8x plain decode at "
+              "concurrency 1), and whether greedy outputs were identical. The runs' tables are on each box's page.", "",
+              "| box class | run | ran at | dtype | repeats | checks | outputs identical |",
+              "|---|---|---|---|---:|---|---|"]
+    for box, files in sorted(boxes.items()):
+        runs = sorted(((p, d) for k, p, d in files if k == "policies"), key=lambda pd: pd[1]["meta"].get("when", ""))
+        for path, data in runs:
+            name = run_name(path)
+            verdicts = " / ".join("PASS" if c["passed"] else "FAIL" for c in data.get("checks", [])) or "-"
+            dtype = data["meta"].get("machine", {}).get("dtype", "-")
+            lines.append(f"| `{box}` | `{name}` | {data['meta'].get('when', '-')} | {dtype} | "
+                         f"{data['meta'].get('workload', {}).get('repeats', '-')} | {verdicts} | "
+                         f"{'yes' if data.get('outputs_identical') else 'no'} |")
     return "\n".join(lines) + "\n"
 
 
