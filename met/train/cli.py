@@ -143,7 +143,7 @@ def train_cmd(
         "training": asdict(params) | {"wall_s": round(stats["wall_s"], 1), "tokens_seen": stats["tokens"],
                                       "torch": torch.__version__, "threads": torch.get_num_threads()},
         "heldout": {"method": "32 random windows of 256 bytes of the held-out split (train.evaluate; the whole "
-                              "split: python3 benchmarks/heldout_quality.py)",
+                              "split: python3 benchmarks/studies/heldout_quality.py)",
                     "bits_per_byte": round(stats["heldout_bpb"], 4),
                     "mtp1_bits_per_byte": round(stats["heldout_mtp1_bpb"], 4),
                     "teacher_forced_first_draft_acceptance": round(stats["heldout_accept1_tf"], 4)},
