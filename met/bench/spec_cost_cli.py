@@ -5,39 +5,40 @@ The command parses, takes the table's lock, opens the meter, loads the recipe, r
 (met.bench.table_files); every refusal is one line on stderr and a documented exit status.
 """
 
+from __future__ import annotations  # the heavy types are imported where they are used: `met --help` needs none
+
 import datetime as dt
 import os
 import platform
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import torch
 import typer
 
 from met import __version__
-from met.bench import calibrate as cal
-from met.bench.loop_sweep import NothingTimed, measure_in_loop
-from met.bench.meters import ENERGY_CHOICES, EnergyReadError, EnergyUnavailable, Meter, open_meter
-from met.bench.progress import Reporter
-from met.bench.sweep import QUICK, SweepParams, check_fits, measure
 from met.bench.table_files import (Existing, LockHeld, TableLock, Unwritable, changes, check_writable, commit,
                                    foreign_calibration, read_existing, remove_stale_temps, stage)
-from met.engine import heap
-from met.engine.identity import (RunSettings, box_class, device_name, mtp_drafter_key, resolve_run,
-                                 serve_table_key)
-from met.engine.prompts import PromptError, PromptsMissing
+from met.choices import DEFAULT_RECIPE, ENERGY_CHOICES
 from met.exit_codes import (EX_CANTCREAT, EX_CONFIG, EX_DATAERR, EX_INTERRUPTED, EX_NOINPUT, EX_OK, EX_TEMPFAIL,
                             EX_UNAVAILABLE)
-from met.model.corpus import heldout_prompts, root_named
-from met.model.dflash import DflashDrafter, DrafterError, load_drafter, shipped_path
-from met.model.recipes import DEFAULT_RECIPE, Recipe, RecipeError, embedded
-from met.model.sources import is_path, recipe_name, resolve, tokenizer_for
-from met.model.tokenizer import BYTES, Tokenizer
+from met.model.errors import RecipeError
 from met.path_option import nonempty_model, nonempty_path
 from met.say import say
-from met.speculative.spec_cost import AcceptanceCalibration, CostTable, SpecCostError, TableParseError
+
+if TYPE_CHECKING:  # torch, the model and the sweep are imported by the functions that run them
+    import torch
+
+    from met.bench import calibrate as cal
+    from met.bench.meters import Meter
+    from met.bench.progress import Reporter
+    from met.bench.sweep import SweepParams
+    from met.engine.identity import RunSettings
+    from met.model.dflash import DflashDrafter
+    from met.model.recipes import Recipe
+    from met.model.tokenizer import Tokenizer
+    from met.speculative.spec_cost import AcceptanceCalibration, CostTable
 
 EX_USAGE = 2  # what click answers a bad option with; the command uses it for bad values it finds later
 
@@ -103,7 +104,7 @@ ReplaceOpt = Annotated[bool, typer.Option(
     "--replace", help="Overwrite what is at --out even if it is not a met cost table (exit 73 otherwise) or a table "
     "of another box class or model (exit 78 otherwise).")]
 
-DEFAULT = SweepParams(repeats=9, window_s=0.4)
+FULL = {"repeats": 9, "window_s": 0.4}  # the sweep without --quick: SweepParams' defaults but these
 
 
 class Refusal(Exception):
@@ -218,6 +219,12 @@ def spec_cost(
         raise typer.BadParameter("a DFlash table prices its block drafter's steps (--max-depth); verify cells "
                                  "price the copies of the MTP drafter's planner; drop --verify-depth",
                                  param_hint="--verify-depth")
+    from met.bench import calibrate as cal
+    from met.bench.progress import Reporter
+    from met.bench.sweep import QUICK, SweepParams
+    from met.engine.identity import box_class, resolve_run
+    from met.model.sources import recipe_name
+
     energy = energy.lower()
     if energy not in ENERGY_CHOICES:
         raise typer.BadParameter(f"{energy!r} is not one of {', '.join(ENERGY_CHOICES)}", param_hint="--energy")
@@ -229,7 +236,7 @@ def spec_cost(
         raise typer.BadParameter(f"{out} is inside a {TABLES} folder, where the tables a serve plans from live; a "
                                  "--quick table is too coarse to plan from, so it is never written there: pass an "
                                  "--out elsewhere (e.g. --out /tmp/quick.toml)", param_hint="--out")
-    base = QUICK if quick else DEFAULT
+    base = QUICK if quick else SweepParams(**FULL)
     if drafter == "dflash":
         base = replace(base, verify_depth=0)  # its cells price its own depths: nothing is copied past them
     try:
@@ -336,6 +343,15 @@ def _refuse_other_key(req: Request, old: Existing, name: str) -> None:
 
 def _run(req: Request, reporter: Reporter) -> None:
     """Everything under the lock: what is at --out, meter, recipe, sweep, calibration, then both writes."""
+    import torch
+
+    from met.bench import calibrate as cal
+    from met.bench.meters import EnergyUnavailable, open_meter
+    from met.bench.sweep import check_fits
+    from met.engine import heap
+    from met.engine.identity import mtp_drafter_key
+    from met.speculative.spec_cost import SpecCostError
+
     for path in (req.out, req.calibration_out) if req.calibration is not None else (req.out,):
         try:
             check_writable(path)
@@ -381,6 +397,14 @@ def _run(req: Request, reporter: Reporter) -> None:
 def _sweep(req: Request, params: SweepParams, recipe: Recipe, model: torch.nn.Module, meter: Meter,
            reporter: Reporter, block: DflashDrafter | None = None) -> CostTable:
     """The measured table, validated exactly as a reader will parse it."""
+    import torch
+
+    from met.bench.loop_sweep import NothingTimed, measure_in_loop
+    from met.bench.meters import EnergyReadError
+    from met.bench.sweep import measure
+    from met.engine.identity import device_name, serve_table_key
+    from met.speculative.spec_cost import CostTable, TableParseError
+
     s = req.settings
     loop = _loop_prompts(recipe, params) if meter.source == "none" and block is None else None
     how = "a short decode per cell, timed in the loop" if loop else f"{params.window_s:g} s windows"
@@ -469,6 +493,9 @@ def _write(path: Path, cal_path: Path, old: Existing, table: CostTable, calibrat
 
 
 def _recipe(name: str) -> Recipe:
+    from met.model.recipes import embedded
+    from met.model.sources import is_path, resolve
+
     try:
         return resolve(name) if is_path(name) else embedded(name)
     except RecipeError as exc:
@@ -477,6 +504,10 @@ def _recipe(name: str) -> Recipe:
 
 def _block_drafter(recipe: Recipe, settings: RunSettings) -> DflashDrafter:
     """The recipe's shipped DFlash drafter; Refusal 66 if there is none, 65 if it is unusable or another model's."""
+    import torch
+
+    from met.model.dflash import DrafterError, load_drafter, shipped_path
+
     try:
         return load_drafter(shipped_path(recipe), recipe.id, getattr(torch, settings.dtype), settings.device)
     except DrafterError as exc:
@@ -491,6 +522,10 @@ def _loop_prompts(recipe: Recipe, params: SweepParams) -> tuple[list[list[int]],
     None (time the steps in windows instead) where no held-out files are readable, or the
     checkpoint folder has no tokenizer.json.
     """
+    from met.model.corpus import heldout_prompts
+    from met.model.sources import tokenizer_for
+    from met.model.tokenizer import BYTES
+
     try:
         tokenizer = tokenizer_for(recipe)
     except RecipeError:
@@ -520,6 +555,10 @@ def _without_drafter(req: Request, recipe: Recipe, params: SweepParams) -> Sweep
 
 
 def _prompts(path: Path | None, params: cal.CalibrationParams) -> list[str]:
+    from met.bench import calibrate as cal
+    from met.engine.prompts import PromptError, PromptsMissing
+    from met.model.corpus import root_named
+
     try:
         texts = cal.default_prompts(params) if path is None else cal.read_prompts(path, params)
     except PromptsMissing as exc:

@@ -25,13 +25,14 @@ import json, os, sys
 from pathlib import Path
 import torch
 torch.set_num_threads(1)
-import met.bench.spec_cost_cli as spec_cost_cli
+import met.bench.calibrate, met.bench.loop_sweep, met.bench.progress, met.bench.sweep  # what a run imports
+import met.model.recipes as recipes
 from met.cli import app
 from met.model.config import ModelConfig
 from met.model.recipes import Recipe
 weights, digest = sys.argv[1], sys.argv[2]
 recipe = Recipe("micro-random", ModelConfig.from_name("micro"), Path(weights), digest, {})
-spec_cost_cli.embedded = lambda name: recipe
+recipes.embedded = lambda name: recipe
 print("ready", flush=True)
 for line in sys.stdin:
     if line.startswith("wait "):

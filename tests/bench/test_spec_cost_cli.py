@@ -31,11 +31,9 @@ def met(*args: str):
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory, micro_recipe):
     """One `--quick` run (sweep and calibration) whose files several tests read."""
-    import met.bench.spec_cost_cli as spec_cost_cli
     import met.model.recipes as recipes
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(spec_cost_cli, "embedded", lambda name: micro_recipe)
         mp.setattr(recipes, "embedded", lambda name: micro_recipe)
         out = tmp_path_factory.mktemp("tables") / "t.toml"
         result = met("bench", "spec-cost", "--quick", "--quiet", "--energy", "none", "--out", str(out))
@@ -191,12 +189,12 @@ def test_a_write_that_would_fail_is_refused_before_measuring(use_micro, tmp_path
 RUN_ONCE = r"""
 import sys
 from pathlib import Path
-import met.bench.spec_cost_cli as spec_cost_cli
+import met.model.recipes as recipes
 from met.cli import app
 from met.model.config import ModelConfig
 from met.model.recipes import Recipe
-spec_cost_cli.embedded = lambda name: Recipe("micro-random", ModelConfig.from_name("micro"), Path(sys.argv[1]),
-                                             sys.argv[2], {})
+recipes.embedded = lambda name: Recipe("micro-random", ModelConfig.from_name("micro"), Path(sys.argv[1]),
+                                       sys.argv[2], {})
 app(sys.argv[3:], prog_name="met")
 """
 

@@ -4,7 +4,6 @@ import pytest
 from typer.testing import CliRunner
 
 from checkpoint_helpers import checkpoint
-from met.bench import spec_cost_cli
 from met.bench.loop_sweep import NothingTimed
 from met.bench.spec_cost_cli import calibration_path
 from met.cli import app
@@ -43,7 +42,7 @@ def test_a_folder_whose_decodes_end_at_once_is_timed_in_windows(folder, tmp_path
     def ends_at_once(*args, **kwargs):
         raise NothingTimed("the decode at width 1, depth 0 ran no full step to time (its requests ended at once)")
 
-    monkeypatch.setattr(spec_cost_cli, "measure_in_loop", ends_at_once)
+    monkeypatch.setattr("met.bench.loop_sweep.measure_in_loop", ends_at_once)  # the command imports it when it runs
     out = tmp_path / "t.toml"
     loud = [a for a in FAST if a != "--quiet"]  # the switch is news, which --quiet silences
     result = CliRunner().invoke(app, ["bench", "spec-cost", "--model", str(folder), *loud, "--out", str(out)])
