@@ -7,6 +7,8 @@ markdown and a PNG (met.bench.policies_plot) under --out-dir, by default a new f
 under met-results/ (the results kept in benchmarks/results/ are replaced only when --out-dir names them).
 """
 
+from __future__ import annotations  # the run's types are imported where they are used: `met --help` needs none
+
 import datetime as dt
 import itertools
 import json
@@ -15,29 +17,22 @@ import platform
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import torch
 import typer
 
 from met import __version__
-from met.bench import policies as pol
-from met.bench.measured_boot import (BootError, MeasuredBoot, boot_measured, default_calibration, default_table,
-                                    energy_source)
-from met.bench.policies_identity import mismatches
-from met.bench.policies_plot import PlotUnavailable, plot
-from met.bench.policies_report import Row, checks, document, markdown, summarise
-from met.bench.meters import ENERGY_CHOICES
-from met.bench.progress import Reporter
 from met.bench.spec_cost_cli import EX_USAGE, parse_widths
 from met.bench.table_files import check_writable, commit, stage
-from met.engine.identity import DRIFT, EXACT_DTYPES, RunSettings, box_class, device_name, resolve_run
+from met.choices import DEFAULT_RECIPE, ENERGY_CHOICES, OPTIONAL_POLICIES, POLICIES
 from met.exit_codes import EX_CANTCREAT, EX_NOINPUT, EX_OK, EX_SOFTWARE
-from met.model.corpus import root_named
-from met.model.dflash import DrafterError, load_drafter, shipped_path
-from met.model.recipes import DEFAULT_RECIPE, RecipeError, embedded
+from met.model.errors import RecipeError
 from met.path_option import nonempty_path
-from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
+
+if TYPE_CHECKING:  # torch, the engine and the report are imported when the command runs
+    from met.bench import policies as pol
+    from met.bench.policies_report import Row
+    from met.engine.identity import RunSettings
 
 DEFAULTS = {"prompts": 16, "max_tokens": 128, "repeats": 3, "concurrency": "1,4,16"}
 QUICK = {"prompts": 4, "max_tokens": 16, "repeats": 1, "concurrency": "1,2,4"}
@@ -56,8 +51,8 @@ RepeatsOpt = Annotated[int | None, typer.Option(
     "--repeats", min=1, max=100, help="Interleaved repeats; figures are medians (default: 3; --quick: 1).",
     show_default=False)]
 PoliciesOpt = Annotated[str | None, typer.Option(
-    "--policies", help=f"Comma-separated subset of: {', '.join(pol.POLICIES)} (default: all of these); also "
-    f"{', '.join(pol.OPTIONAL_POLICIES)} (the recipe's DFlash drafter, its rung's gamma, as met serve --spec dflash).",
+    "--policies", help=f"Comma-separated subset of: {', '.join(POLICIES)} (default: all of these); also "
+    f"{', '.join(OPTIONAL_POLICIES)} (the recipe's DFlash drafter, its rung's gamma, as met serve --spec dflash).",
     show_default=False)]
 TableOpt = Annotated[Path | None, typer.Option(
     "--table", parser=nonempty_path, help="Cost table of the measured planner (default: "
@@ -132,6 +127,20 @@ def policies(
     request failed (results are still written; each difference is named); 73 (EX_CANTCREAT) the results
     could not be written (the folder is checked before anything runs; the report is printed either way); 78 (EX_CONFIG) the table or calibration was measured under another key.
     """
+    import torch
+
+    from met.bench import policies as pol
+    from met.bench.measured_boot import (BootError, MeasuredBoot, boot_measured, default_calibration, default_table,
+                                         energy_source)
+    from met.bench.policies_identity import mismatches
+    from met.bench.policies_report import checks, document, markdown, summarise
+    from met.bench.progress import Reporter
+    from met.engine.identity import DRIFT, EXACT_DTYPES, box_class, device_name, resolve_run
+    from met.model.corpus import root_named
+    from met.model.dflash import DrafterError, load_drafter, shipped_path
+    from met.model.recipes import embedded
+    from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
+
     base = QUICK if quick else DEFAULTS
     names = _policy_names(policies_)
     if energy not in ENERGY_CHOICES:
@@ -251,12 +260,13 @@ def _concurrencies(text: str) -> tuple[int, ...]:
 
 
 def _policy_names(text: str | None) -> list[str]:
+    choices = POLICIES + OPTIONAL_POLICIES
     if text is None:
-        return list(pol.POLICIES)
+        return list(POLICIES)
     names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in pol.CHOICES]
+    unknown = [n for n in names if n not in choices]
     if unknown or not names:
-        raise typer.BadParameter(f"{', '.join(unknown) or text!r} not among {', '.join(pol.CHOICES)}",
+        raise typer.BadParameter(f"{', '.join(unknown) or text!r} not among {', '.join(choices)}",
                                  param_hint="--policies")
     if len(set(names)) != len(names):
         raise typer.BadParameter(f"{text!r} names a policy twice", param_hint="--policies")
@@ -315,6 +325,8 @@ def _write(out_dir: Path, meta: dict, report: str, doc: dict, rows: list[Row]) -
     A set is replaced whole or not at all (but for a failure between the renames): no new JSON
     beside an old plot.
     """
+    from met.bench.policies_plot import PlotUnavailable, plot  # matplotlib, if it is there
+
     staged: list[tuple[Path, Path]] = []
     try:
         staged.append((stage(out_dir / OUT_NAMES[0], json.dumps(doc, indent=1) + "\n"), out_dir / OUT_NAMES[0]))

@@ -248,7 +248,7 @@ def test_median_interval_covers_a_skewed_distributions_median_as_often_as_it_say
 @pytest.fixture
 def cli_env(monkeypatch, tmp_path, micro_recipe):
     """The command on the micro recipe in float64, short prompts, and a matching hand-made table."""
-    monkeypatch.setattr(policies_cli, "embedded", lambda name: micro_recipe)
+    monkeypatch.setattr("met.model.recipes.embedded", lambda name: micro_recipe)  # read when the command runs
     texts = ["def f(x):\n    return x + 1\n", "import os\nprint(os.getcwd())\n", "class A:\n    pass\n",
              "for i in range(3):\n    print(i)\n"]
     monkeypatch.setattr(pol, "heldout_code", lambda count, offset, size: texts[:count])
