@@ -14,13 +14,14 @@ same token ids.
 
 llama.cpp runs plain greedy and with the binding's own speculation, `LlamaPromptLookupDecoding` as
 `draft_model` (prompt n-gram lookup, verified in one batch), at each of LOOKUP_DEPTHS drafts per step;
-met runs plain, `--spec mtp` at depths 1..4 and `--spec prompt-lookup` as peer_transformers runs them
-(met.engine.generate at width 1). Both use float32 weights and a float32 KV cache. The engines run
-interleaved prompt by prompt within each repeat; tokens/s is generated tokens over the wall time of
-the whole generate call, prefill included. Token ids are compared between llama.cpp plain and met plain.
-A second table splits each engine's time per token: prefill, the engine's own decode (llama.cpp's
-perf counters; met's decode loop), and the host wrapper around it, against the same weights'
-matrix-vector products in torch at width 1 (one op per weight, and one op for all: the work alone).
+met runs plain, `--spec mtp` at depths 1..4 and `--spec prompt-lookup` at 4 and 10 drafts (also with
+--lookup-min-ngram 3), as peer_transformers runs them (met.engine.generate at width 1). Both use
+float32 weights and a float32 KV cache. The engines run interleaved prompt by prompt within each
+repeat; tokens/s is generated tokens over the wall time of the whole generate call, prefill included.
+Token ids are compared between llama.cpp plain and met plain. A second table splits each engine's
+time per token: prefill, the engine's own decode (llama.cpp's perf counters; met's decode loop), and
+the host wrapper around it, against the same weights' matrix-vector products in torch at width 1 (one
+op per weight, and one op for all: the work alone).
 """
 
 import argparse
@@ -41,6 +42,8 @@ from met.engine.identity import box_class, device_name
 from met.model.tokenizer import BOS, EOS, VOCAB_SIZE
 
 LOOKUP_DEPTHS = (2, 4, 10)  # drafts per step of llama.cpp's prompt lookup (the binding's default is 10)
+MET_LOOKUP_DEPTHS = (4, 10)  # met's prompt lookup: peer_transformers' best two (its depth 2 never led)
+MTP_DEPTHS = (1, 2, 3, 4)
 LLAMA_NGRAM = 2  # LlamaPromptLookupDecoding's max_ngram_size, its default
 STRICT = 3  # met's --lookup-min-ngram for its second set of prompt-lookup runs, as peer_transformers'
 CONTROL = {BOS: "<s>", EOS: "</s>"}
@@ -309,11 +312,12 @@ def main() -> int:
         "llama.cpp plain": lambda p: llama_generate(plain_llm, p, args.tokens, counts["llama.cpp plain"]),
         **{f"llama.cpp prompt lookup ({d})": (lambda p, d=d: lookup_run(p, d)) for d in LOOKUP_DEPTHS},
         "met plain": lambda p: met_generate(runner, p, args.tokens, "off", 0),
-        **{f"met mtp depth {d}": (lambda p, d=d: met_generate(runner, p, args.tokens, "mtp", d)) for d in (1, 2, 3, 4)},
+        **{f"met mtp depth {d}": (lambda p, d=d: met_generate(runner, p, args.tokens, "mtp", d)) for d in MTP_DEPTHS},
         **{f"met prompt lookup ({d})": (lambda p, d=d: met_generate(runner, p, args.tokens, "prompt-lookup", d))
-           for d in LOOKUP_DEPTHS},
+           for d in MET_LOOKUP_DEPTHS},
         **{f"met prompt lookup ({d}, matches of {STRICT}+)":
-           (lambda p, d=d: met_generate(runner, p, args.tokens, "prompt-lookup", d, STRICT)) for d in LOOKUP_DEPTHS},
+           (lambda p, d=d: met_generate(runner, p, args.tokens, "prompt-lookup", d, STRICT))
+           for d in MET_LOOKUP_DEPTHS},
     }
     for p in prompts[:1]:  # warm-up: first calls pay one-off costs
         for run in engines.values():
