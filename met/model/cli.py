@@ -9,11 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Callable
 
 import typer
-from rich.console import Console
 
+from met.choices import DEFAULT_RECIPE
 from met.exit_codes import EX_DATAERR, EX_NOINPUT
 from met.model.config import ModelConfig
-from met.model.weights import read_card
 from met.path_option import nonempty_model
 
 if TYPE_CHECKING:
@@ -32,7 +31,7 @@ def info_cmd(
     recipe: Annotated[str, typer.Option(
         "--model", "--recipe", parser=nonempty_model,
         help="Embedded recipe name, or a Hugging Face checkpoint folder (Llama, Qwen2).",
-    )] = "met-tiny-py",
+    )] = DEFAULT_RECIPE,
     as_json: Annotated[bool, typer.Option("--json", help="Print the whole card as JSON.")] = False,
 ) -> None:
     """Print the recipe, its parameter count, weights digest and model card.
@@ -44,8 +43,11 @@ def info_cmd(
     is one met cannot run; 66 (EX_NOINPUT) --model names no embedded recipe or checkpoint folder,
     or a card cannot be read.
     """
+    from rich.console import Console  # rich, torch and the recipe: imported when the command runs
+
     from met.model.recipes import RecipeError
     from met.model.sources import resolve
+    from met.model.weights import read_card
 
     try:
         r = resolve(recipe)

@@ -5,34 +5,31 @@ nothing of either, so met/cli.py wires this command into the model sub-app
 (met.model.cli.model_app) beside `met model info`.
 """
 
+from __future__ import annotations  # the trainers' types are imported where they are used: `met --help` needs none
+
 import math
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import torch
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from met.engine.identity import MAX_THREADS
+from met.choices import MAX_THREADS
 from met.exit_codes import EX_DATAERR
 from met.model.cli import fail
 from met.model.config import ModelConfig
-from met.model.corpus import HELDOUT_PERCENT, load_split, stdlib_root
-from met.model.transformer import Transformer
-from met.model.weights import save_weights, write_card
 from met.path_option import nonempty_path
-from met.train.acceptance import mtp_acceptance
-from met.train.checkpoint import ChangedParams, PastSteps, UnusableCheckpoint, shown
-from met.train.dflash import DflashTrainParams
 from met.train.out_dir import open_log, writing
-from met.train.recipe import TrainParams, train
+from met.train.params import DflashTrainParams, TrainParams
+
+if TYPE_CHECKING:  # torch, rich and the trainers are imported when the command runs
+    from rich.console import Console
+
+    from met.train.checkpoint import ChangedParams, PastSteps, UnusableCheckpoint
 
 _D = TrainParams()
 _DF = DflashTrainParams()
-console = Console(stderr=True, soft_wrap=True)  # a line to a log or pipe stays one line (no wrap at 80 columns)
 
 
 def train_cmd(
@@ -75,6 +72,18 @@ def train_cmd(
     it or pass another --out-dir); 66 (EX_NOINPUT) --target names no embedded recipe;
     73 (EX_CANTCREAT) OUT_DIR cannot be created or written.
     """
+    import torch
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from met.model.corpus import HELDOUT_PERCENT, load_split, stdlib_root
+    from met.model.transformer import Transformer
+    from met.model.weights import save_weights, write_card
+    from met.train.acceptance import mtp_acceptance
+    from met.train.checkpoint import ChangedParams, PastSteps, UnusableCheckpoint
+    from met.train.recipe import train
+
+    console = Console(stderr=True, soft_wrap=True)  # a line to a log or pipe stays one line (no wrap at 80 columns)
     if drafter not in ("mtp", "dflash"):
         raise fail(f"--drafter {drafter!r} is not one of mtp, dflash", 2)
     if lr is not None and not (math.isfinite(lr) and lr > 0):
@@ -84,7 +93,8 @@ def train_cmd(
             raise fail("--preset is for --drafter mtp; a DFlash drafter takes its shape from --target", 2)
         target = target or "met-tiny-py"
         _apply_threads(threads)
-        _train_dflash(target, out_dir or Path(f"runs/{target}-dflash"), steps, batch, seq_len, lr, eval_every, seed)
+        _train_dflash(target, out_dir or Path(f"runs/{target}-dflash"), steps, batch, seq_len, lr, eval_every, seed,
+                      console)
         return
     if target is not None:  # it would be silently ignored
         raise fail("--target is for --drafter dflash (the recipe a DFlash drafter is trained against); --drafter mtp "
@@ -158,10 +168,11 @@ def train_cmd(
 
 
 def _train_dflash(target: str, out_dir: Path, steps: int | None, batch: int | None, seq_len: int | None,
-                  lr: float | None, eval_every: int | None, seed: int) -> None:
-    from met.train.dflash_cli import train_dflash_cmd
+                  lr: float | None, eval_every: int | None, seed: int, console: Console) -> None:
     from met.model.dflash import DflashConfig
     from met.model.recipes import RecipeError, embedded
+    from met.train.checkpoint import ChangedParams, PastSteps, UnusableCheckpoint
+    from met.train.dflash_cli import train_dflash_cmd
 
     try:
         recipe = embedded(target, verify=False)  # an unknown target is refused before OUT_DIR is made
@@ -195,12 +206,16 @@ def _or(value: int | float | None, default: int | float) -> int | float:
 
 
 def _apply_threads(threads: int) -> None:
+    import torch
+
     if threads:
         torch.set_num_threads(threads)
 
 
 def _checkpoint_refused(e: UnusableCheckpoint | PastSteps | ChangedParams) -> typer.Exit:
     """An unusable checkpoint is bad input data (65); one already past --steps or of other options a bad option (2)."""
+    from met.train.checkpoint import ChangedParams, PastSteps, shown
+
     if isinstance(e, ChangedParams):
         options = shown(e.changes, lambda field: f"--{field.replace('_', '-')}")
         return fail(f"{e.ckpt} was trained with {options}; pass the same to resume it (--steps and --eval-every may "

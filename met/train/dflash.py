@@ -8,7 +8,6 @@ row j weighted by decay**j, since a late draft only counts when every earlier on
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,31 +17,8 @@ from met.model.corpus import Split
 from met.model.dflash import DflashDrafter
 from met.model.transformer import Transformer
 from met.train import checkpoint
+from met.train.params import DflashTrainParams
 from met.train.recipe import LN2, lr_at, sample_batch
-
-
-@dataclass(frozen=True, slots=True)
-class DflashTrainParams:
-    """One drafter training run's schedule (field names shared with TrainParams, so train.lr_at applies)."""
-
-    steps: int = 1500
-    batch: int = 8  # windows per step, each read once by the frozen target
-    seq_len: int = 256  # tokens per window
-    anchors: int = 32  # blocks cut from each window per step
-    lr: float = 1e-3
-    min_lr_ratio: float = 0.1  # cosine decays to lr * this
-    warmup: int = 50
-    weight_decay: float = 0.01
-    decay: float = 0.8  # loss weight of block row j is decay**j
-    eval_every: int = 100
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch < 1 or self.anchors < 1:
-            raise ValueError(f"steps, batch and anchors must be >= 1, got {self.steps}, {self.batch}, {self.anchors}")
-        if self.lr <= 0 or not 0 < self.min_lr_ratio <= 1 or not 0 < self.decay <= 1:
-            raise ValueError(f"need lr > 0, min_lr_ratio and decay in (0, 1], got {self.lr}, {self.min_lr_ratio}, "
-                             f"{self.decay}")
 
 
 def block_losses(drafter: DflashDrafter, target: Transformer, x: torch.Tensor, anchors: int,

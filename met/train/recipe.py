@@ -3,7 +3,6 @@
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -13,31 +12,9 @@ import torch.nn.functional as F
 from met.model.corpus import Split
 from met.model.transformer import Transformer
 from met.train import checkpoint
+from met.train.params import TrainParams
 
 LN2 = math.log(2.0)
-
-
-@dataclass(frozen=True, slots=True)
-class TrainParams:
-    """One training run's schedule."""
-
-    steps: int = 6000
-    batch: int = 24
-    seq_len: int = 256
-    lr: float = 2e-3
-    min_lr_ratio: float = 0.1  # cosine decays to lr * this
-    warmup: int = 100
-    weight_decay: float = 0.1
-    mtp_weights: tuple[float, ...] = (1.0, 0.5, 0.25)  # loss weight of MTP depth 1, 2, 3 (recursive)
-    eval_every: int = 250
-    checkpoint_every: int = 250
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch < 1 or self.seq_len < 8:
-            raise ValueError(f"steps, batch >= 1 and seq_len >= 8 required, got {self.steps}, {self.batch}, {self.seq_len}")
-        if self.lr <= 0 or not 0 < self.min_lr_ratio <= 1:
-            raise ValueError(f"lr must be positive and min_lr_ratio in (0, 1], got {self.lr}, {self.min_lr_ratio}")
 
 
 def lr_at(step: int, p: TrainParams) -> float:

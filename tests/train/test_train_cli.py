@@ -8,7 +8,6 @@ from typer.testing import CliRunner
 from met.cli import app
 from met.model.corpus import Split
 from met.train import checkpoint
-import met.train.cli as train_cli
 from met.train.recipe import TrainParams
 
 from random_models import random_micro
@@ -26,14 +25,14 @@ def no_training(monkeypatch):
     def load_split(heldout):
         raise Trained
 
-    monkeypatch.setattr(train_cli, "load_split", load_split)
+    monkeypatch.setattr("met.model.corpus.load_split", load_split)  # the command imports it when it runs
 
 
 @pytest.fixture
 def tiny_corpus(monkeypatch):
     """A small corpus instead of the stdlib (the checkpoint cases fail before a step)."""
     split = Split(np.random.default_rng(0).integers(97, 110, 2000).astype(np.uint16), ("x",))
-    monkeypatch.setattr(train_cli, "load_split", lambda heldout: split)
+    monkeypatch.setattr("met.model.corpus.load_split", lambda heldout: split)
 
 
 def _run(*args: str):
@@ -72,7 +71,9 @@ def test_an_empty_out_dir_exits_2_and_writes_nothing_here(no_training, tmp_path,
     # typer reads '' (an unset variable) as Path('.'): the run trained into the current folder
     import met.train.dflash_cli as train_dflash_cli
 
-    monkeypatch.setattr(train_dflash_cli, "load_split", train_cli.load_split)  # no_training's, which raises
+    import met.model.corpus as corpus
+
+    monkeypatch.setattr(train_dflash_cli, "load_split", corpus.load_split)  # no_training's, which raises
     monkeypatch.chdir(tmp_path)
     result = _run("model", "train", "--drafter", drafter, "--out-dir", "")
     assert result.exit_code == 2, result.output
@@ -94,7 +95,7 @@ def test_omitted_options_are_the_defaults_and_given_ones_kept(tiny_corpus, monke
         seen.append(params)
         raise Trained
 
-    monkeypatch.setattr(train_cli, "train", train)
+    monkeypatch.setattr("met.train.recipe.train", train)
     _run(*MICRO, "--steps", "1", "--eval-every", "1", "--lr", "1e-9", "--out-dir", str(tmp_path))
     _run("model", "train", "--out-dir", str(tmp_path))
     given, default = seen
@@ -178,7 +179,7 @@ def test_help_lists_the_exit_statuses():
 @pytest.mark.parametrize("name", ["micro.safetensors", "micro.card.json", "ckpt.tmp"])
 def test_weights_or_card_that_cannot_be_written_exit_73(tiny_corpus, monkeypatch, tmp_path, name):
     # a folder where the weights, the card or the checkpoint go: one line naming the file (a traceback before)
-    monkeypatch.setattr(train_cli, "mtp_acceptance", lambda *a, **k: {})
+    monkeypatch.setattr("met.train.acceptance.mtp_acceptance", lambda *a, **k: {})
     (tmp_path / name).mkdir()
     result = _run(*MICRO, "--steps", "1", "--eval-every", "1", "--out-dir", str(tmp_path))
     assert result.exit_code == 73, result.output
