@@ -77,7 +77,7 @@ def serve(config: dict) -> int:
         return JSONResponse({"free_slots": len(scheduler.free_slots), "max_batch": scheduler.runner.cache.max_batch,
                              "running": len(scheduler.running), "waiting": len(scheduler.waiting),
                              "shared_tokens": shared.tokens_held, "shared_budget": shared.params.budget_tokens,
-                             "failed_ticks": scheduler.counters.failed_ticks, "context": scheduler.max_len,
+                             "failed_ticks": scheduler.stats.failed_ticks, "context": scheduler.max_len,
                              "model_id": model_id})
 
     def started(s) -> None:

@@ -238,10 +238,10 @@ def measure_run(runner: ModelRunner, name: str, factory: PolicyFactory, model_id
         failure = (sink.end.message if isinstance(sink.end, Failed) else
                    "the request never finished: the scheduler stopped emitting its tokens" if sink.end is None else None)
         outputs.append(Output("".join(sink.parts), tokens, failure))
-    s, c = sched.stats, sched.counters
+    s = sched.stats
     return Run(name, runner.cache.max_batch, repeat,
                sum(k.end.completion_tokens for k in sinks if isinstance(k.end, Finished)), seconds,
-               s.proposed, s.accepted, s.verify_seq_steps, s.emitted, tuple(c.proposed_at), tuple(c.accepted_at),
+               s.proposed, s.accepted, s.verify_seq_steps, s.emitted, tuple(s.proposed_at), tuple(s.accepted_at),
                tuple(sorted((*shape, n) for shape, n in recorder.shapes.items())), recorder.tokens,
                recorder.seconds, tuple(outputs))
 

@@ -1,4 +1,4 @@
-"""`met generate`: offline generation through the engine, with a fixed drafting policy."""
+"""`met generate`: offline generation through the scheduler `met serve` runs, with a fixed drafting policy."""
 
 import json
 from pathlib import Path
@@ -8,7 +8,7 @@ import torch
 import typer
 
 from met.engine import heap
-from met.engine.generate import NGRAM_MAX, SPEC_MODES, Output, generate as run_generate
+from met.engine.generate import NGRAM_MAX, SPEC_MODES, Output, generate_each
 from met.engine.identity import MAX_THREADS, RUN_DTYPES, resolve_run, speculation_drift_warning
 from met.engine.prompts import PromptError, PromptsMissing, read_jsonl_prompts, unencodable
 from met.engine.runner import ModelRunner, Sampling
@@ -38,7 +38,7 @@ def read_prompts(path: Path) -> list[str]:
 
 
 def summary(o: Output, text: str) -> dict:
-    """The JSON record of one prompt's generation."""
+    """The JSON record of one prompt's generation (its counts: o.stats, a SpecStats of this request alone)."""
     return {
         "text": text,
         "tokens": len(o.tokens),
@@ -72,7 +72,8 @@ def generate(
         parser=nonempty_path,
         help="DFlash drafter for --spec dflash (default: <recipe>.dflash.safetensors beside its weights).",
         show_default=False)] = None,
-    batch: Annotated[int, typer.Option(min=1, max=MAX_BATCH, help="Prompts run together (width).")] = 1,
+    batch: Annotated[int, typer.Option(min=1, max=MAX_BATCH, help="Prompts run together (width): the scheduler's "
+                                                                 "slots, a prompt starting as one frees.")] = 1,
     temperature: Annotated[float, typer.Option(min=0.0, max=MAX_TEMPERATURE, help="0 is greedy.")] = 0.0,
     top_p: Annotated[float, typer.Option(min=0.0, max=1.0, help="Nucleus sampling mass, above 0.")] = 1.0,
     seed: Annotated[int, typer.Option(min=-(1 << 63), max=(1 << 64) - 1,
@@ -142,12 +143,16 @@ def generate(
         if len(e) + max_tokens > runner.max_len:  # drafts are clamped to the room left, as the serve's
             raise _fail(f"{where}: {len(e)} tokens + --max-tokens {max_tokens} exceeds the context of "
                         f"{runner.max_len}; ask for at most {max(0, runner.max_len - len(e))}", 2)
-    for start in range(0, len(texts), batch):
-        outs = run_generate(runner, encoded[start : start + batch], max_tokens, spec, depth, sampling,
-                            eos_ids=tokenizer.eos_ids, lookup_min=lookup_min_ngram)
-        for o in outs:
+    ready: dict[int, Output] = {}  # finished out of order: each is printed once every prompt before it is
+    shown = 0
+    for i, out in generate_each(runner, encoded, max_tokens, spec, depth, sampling, eos_ids=tokenizer.eos_ids,
+                                lookup_min=lookup_min_ngram):
+        ready[i] = out
+        while shown in ready:
+            o = ready.pop(shown)
             text = tokenizer.decode(o.tokens)
             typer.echo(json.dumps(summary(o, text)) if as_json else text)
+            shown += 1
 
 
 def _block_drafter(path: Path, target_id: str, dtype: torch.dtype, device: str):

@@ -60,6 +60,7 @@ class Finished:
     completion_tokens: int  # generated tokens consumed; EOS and tokens after a stop string are not counted
     draft_tokens: int = 0  # drafts verified for this request
     accepted_tokens: int = 0  # of those, accepted (bonus tokens not counted)
+    tokens: tuple[int, ...] = ()  # the generated token ids completion_tokens counts (met generate decodes them)
 
 
 @dataclass(frozen=True, slots=True)

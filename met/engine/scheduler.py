@@ -11,7 +11,7 @@ A tick reads as schedule -> run -> postprocess:
             max_tokens, cancel) and free their slots at once, count, publish a snapshot.
 
 The scheduler thread is the only one that touches the runner, the shared lookup cache (no
-lock), SpecStats and the counters; other threads only submit, cancel and read snapshots.
+lock) and its SpecStats; other threads only submit, cancel and read snapshots.
 A step that raises fails the sequences in it (each gets a Failed event, its slot freed) and
 the loop goes on, so one bad request never stops the others.
 """
@@ -33,12 +33,11 @@ from met.engine.logits import TokenLogprob
 from met.engine.requests import Delta, Failed, Finished, Request, SeqState, Sink
 from met.engine.runner import Draft, ModelRunner, VerifyResult
 from met.engine.textstream import TextStream
-from met.engine.tick_counters import TickCounters
 from met.model.tokenizer import BYTES, Tokenizer
 from met.speculative.shared_lookup import ScopeKey, SharedLookup, SharedLookupParams
 from met.speculative.snapshot import SchedulerSnapshot, SnapshotCell
 from met.speculative.spec_cost.lookup import shared_copy_params
-from met.speculative.spec_stats import SpecStats
+from met.speculative.spec_stats import SpecStats, acceptance_by_position, recent_tokens_per_s
 
 log = logging.getLogger("met.scheduler")
 
@@ -69,8 +68,7 @@ class Scheduler:
             SharedLookupParams(min_ngram=lowest)
         self.shared = shared if shared is not None else SharedLookup(cross)
         self.clock = clock
-        self.stats = SpecStats()
-        self.counters = TickCounters()
+        self.stats = SpecStats()  # the run's counts: drafts, acceptance, steps, requests, energy
         self.cell = SnapshotCell()
         self.host_drafts = policy.name in HOST_MODES
         self.copy_ngram = policy.copies.copy_ngram  # a policy that weighs copies: the longest match
@@ -146,7 +144,7 @@ class Scheduler:
                 self.tick()
             except Exception:  # outside the step's own guard (admission, publishing): log, count, keep the loop
                 log.exception("scheduler tick failed")
-                self.counters.failed_ticks += 1
+                self.stats.record_failed_tick()
         self._publish(None)
 
     def _wait_for_work(self) -> None:
@@ -171,7 +169,7 @@ class Scheduler:
                 self._postprocess(seqs, plan, drafts, results, seconds)
             except Exception as exc:  # a bug or a bad request in this step: fail its sequences, keep serving
                 log.exception("scheduler step failed; failing its %d sequences", len(seqs))
-                self.counters.failed_ticks += 1
+                self.stats.record_failed_tick()
                 for seq in seqs:
                     if seq in self.running:
                         self._retire(seq, "error", Failed(f"the engine failed this step: {exc}"))
@@ -199,7 +197,7 @@ class Scheduler:
         kept = deque()
         for request, sink in self.waiting:
             if request.id in cancels:
-                self.counters.record_finish("cancelled")
+                self.stats.record_finish("cancelled")
                 sink.put(Finished("cancelled", "", len(request.prompt), 0))
             else:
                 kept.append((request, sink))
@@ -210,7 +208,7 @@ class Scheduler:
         while self.waiting and self.free_slots:
             request, sink = self.waiting.popleft()
             if len(request.prompt) + 1 > self.max_len:
-                self.counters.record_finish("error")
+                self.stats.record_finish("error")
                 sink.put(Failed(f"the prompt's {len(request.prompt)} tokens do not fit the context of {self.max_len}"))
                 continue
             slot = heapq.heappop(self.free_slots)
@@ -233,7 +231,7 @@ class Scheduler:
             scored = self.runner.prefill_logprobs(seq.slot) if seq.request.sampling.logprobs is not None else None
             if scored is not None and seq.request.sampling.prompt_logprobs:
                 seq.sink.put(Delta("", 0, (), scored[1]))  # echo's scores come before any text
-            self.counters.emitted += self._emit(seq, [first], scored[:1] if scored is not None else ())
+            self.stats.record_streamed(self._emit(seq, [first], scored[:1] if scored is not None else ()))
         for seq in [s for s in admitted if s.finish]:
             self._retire(seq, seq.finish)
 
@@ -286,7 +284,6 @@ class Scheduler:
             outcomes.append(Outcome(k, r.accepted, len(r.tokens)))
             # only the prefix up to the first rejection is known to match: the runner stops judging there
             self.stats.record_verify([i < r.accepted for i in range(k)])
-            self.counters.record_chain(k, r.accepted)
             seq.confidences = list(d.confidences)
             seq.proposer.observe(k, r.accepted, r.tokens)
             seq.drafted, seq.accepted = seq.drafted + k, seq.accepted + r.accepted
@@ -294,13 +291,12 @@ class Scheduler:
         if len(seqs) == 1 and results[0].margin is not None and math.isfinite(results[0].margin):
             # the runner's margin is in log-prob: under 0.05 the runner-up is within 5% of the top token
             self.stats.record_b1_margin(1, results[0].margin)
-        self.stats.record_step(plan.mode, seconds)
         # priced as it ran: a probe drafts where the plan said k = 0, replans go deeper or stop early
         verified = max((o.proposed for o in outcomes), default=0)
         energy = plan.table.step_joules(len(outcomes), verified, drafted=plan.mode == "mtp",
                                         draft_width=drafter_width(drafts)) \
             if plan.table is not None else None
-        self.counters.record_step(streamed, seconds, energy)
+        self.stats.record_step(plan.mode, seconds, streamed, energy)
         self.policy.observe(plan, outcomes, seconds)
         for seq in [s for s in seqs if s.finish]:
             self._retire(seq, seq.finish)
@@ -338,14 +334,15 @@ class Scheduler:
             tail = seq.text.finish()
             if reason == "length" and seq.text.stopped_by is not None:
                 reason = "stop"  # the flush (a cut character become U+FFFD) completed a stop string
-            event = Finished(reason, tail, len(seq.request.prompt), seq.text.tokens, seq.drafted, seq.accepted)
-        self.counters.record_finish(reason)
+            event = Finished(reason, tail, len(seq.request.prompt), seq.text.tokens, seq.drafted, seq.accepted,
+                             tuple(seq.generated))
+        self.stats.record_finish(reason)
         if (self.host_drafts or self.shared_ngram) and reason in ("stop", "length"):
             self.shared.add_request(self.scope(seq.request), [*seq.request.prompt, *seq.generated])
         seq.sink.put(event)
 
     def _publish(self, plan: StepPlan | None) -> None:
-        s, c = self.stats, self.counters
+        s = self.stats
         decision = plan.decision if plan is not None else None
         # idle wake-ups publish too, and a rate over steps that ended long ago is not what the server
         # delivers now: /metrics, /v1/snapshot and the TUI would show the last busy rate for ever
@@ -361,23 +358,23 @@ class Scheduler:
             mode=plan.mode if plan is not None else "idle",
             depth=plan.depth if plan is not None else 0,
             why=plan.why if plan is not None else "",
-            acceptance=c.acceptance(),
-            tokens_per_s=c.tokens_per_s() if fresh else 0.0,
+            acceptance=acceptance_by_position(s),
+            tokens_per_s=recent_tokens_per_s(s) if fresh else 0.0,
             joules_per_token=jpt if jpt is None or jpt > 0 else None,
             drafts_proposed=s.proposed,
             drafts_accepted=s.accepted,
-            emitted_tokens=c.emitted,
+            emitted_tokens=s.streamed,
             spec=self.policy.name,
             max_batch=self.runner.cache.max_batch,
             drafted=s.drafted,
             draft_steps=s.verify_seq_steps,
-            accepted_at=tuple(c.accepted_at),
-            proposed_at=tuple(c.proposed_at),
+            accepted_at=tuple(s.accepted_at),
+            proposed_at=tuple(s.proposed_at),
             mode_steps=tuple(sorted(s.mode_steps.items())),
             mode_seconds=tuple(sorted(s.mode_seconds.items())),
             planned_tokens_per_s=decision.tokens_per_s if decision is not None else None,
-            energy_j=c.energy_j,
+            energy_j=s.energy_j,
             shared_lookup_tokens=self.shared.tokens_held,
-            finished=tuple(sorted(c.finished.items())),
-            failed_ticks=c.failed_ticks,
+            finished=tuple(sorted(s.finished.items())),
+            failed_ticks=s.failed_ticks,
         ))

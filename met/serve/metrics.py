@@ -11,8 +11,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from met.engine.scheduler import RATE_FRESH_S
-from met.engine.tick_counters import RATE_WINDOW
 from met.speculative.snapshot import SnapshotCell
+from met.speculative.spec_stats import RATE_WINDOW
 
 # the scheduler zeroes the rate at its idle wake-ups, so an idle serve reads 0, not its last busy rate
 RATE_HELP = (f"Emitted tokens per second of step time over the last {RATE_WINDOW} steps; "

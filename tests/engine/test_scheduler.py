@@ -314,7 +314,7 @@ def test_energy_counts_each_step_as_it_ran_not_as_first_planned(model):
     _drive(sched, [Request(str(i), tuple(p), 40) for i, p in enumerate(_prompts(4))])
     assert any(k > 0 and planned == 0 for _, k, planned in ran)  # probes ran
     # verify_j 1 + k and draft_j 0.5 k at every width
-    assert sched.counters.energy_j == pytest.approx(sum(1.0 + 1.5 * k for _, k, _ in ran))
+    assert sched.stats.energy_j == pytest.approx(sum(1.0 + 1.5 * k for _, k, _ in ran))
 
 
 @pytest.mark.parametrize("sampling", [Sampling(), Sampling(0.8, 0.95, seed=7)], ids=["greedy", "seeded"])
@@ -351,7 +351,7 @@ def test_the_measured_planner_copying_from_histories_serves_the_text_plain_decod
     assert {"mtp", "mixed"} <= set(sources)  # sampled text recurs less: its steps never all copied
     assert not sampling.greedy or any(mode == "lookup" and k > 0 for mode, k, _ in ran)
     drafts = sum(0.5 * k * m for mode, k, m in ran if mode == "mtp")  # draft_j 0.5 k per sequence drafted for
-    assert sched.counters.energy_j == pytest.approx(sum(1.0 + k for _, k, _ in ran) + drafts)
+    assert sched.stats.energy_j == pytest.approx(sum(1.0 + k for _, k, _ in ran) + drafts)
 
 
 @pytest.mark.parametrize("spec", ["prompt-lookup", "mtp"])
@@ -364,7 +364,7 @@ def test_emitted_tokens_are_the_tokens_clients_get(model, spec):
     sched = Scheduler(ModelRunner(model, 4), build_policy(PolicyConfig(spec), model.cfg.mtp_depth), "micro@t")
     out = _drive(sched, [Request(str(i), tuple(p), 40, stop=s) for i, (p, s) in enumerate(zip(prompts, stops))])
     assert any(end.reason == "stop" for _, end in out) and sched.stats.accepted > 0
-    assert sched.counters.emitted == sum(end.completion_tokens for _, end in out)
+    assert sched.stats.streamed == sum(end.completion_tokens for _, end in out)
 
 
 def test_queued_counts_requests_not_the_inboxs_cancels_and_wake_ups(model):

@@ -39,7 +39,7 @@ def test_tokens_per_second_is_zero_once_no_step_has_run_for_5_s(model):
     assert _rates(sched, metrics) == (0.0, 0.0)  # before any step
     _serve(sched, Request("a", (97, 98, 99), 8))
     # under load as before: 7 decode steps of one token each, 1/64 s each
-    assert sched.counters.emitted == 8 and _rates(sched, metrics) == (64.0, 64.0)
+    assert sched.stats.streamed == 8 and _rates(sched, metrics) == (64.0, 64.0)
     clock.t += 4.0
     sched.tick()  # an idle wake-up 4 s after the last step: still the recent rate
     assert _rates(sched, metrics) == (64.0, 64.0)
