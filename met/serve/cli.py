@@ -1,34 +1,25 @@
 """`met serve` and `met top`: the server and its live dashboard."""
 
+from __future__ import annotations  # the serve's types are imported where they are used: `met --help` needs none
+
 import ipaddress
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import httpx
-import torch
 import typer
-from rich.console import Console
 
-from met.bench.measured_boot import BootError, MeasuredBoot, boot_measured, default_calibration, default_table
 from met.bench.table_warnings import MAX_AGE_DAYS, table_warnings
 from met.bench.tables_cli import measured_ago
-from met.engine import heap
-from met.engine.identity import (MAX_THREADS, RunSettings, box_class as derive_box_class, resolve_run,
-                                 speculation_drift_warning)
-from met.engine.policy import SERVE_SPECS, PolicyConfig
-from met.engine.proposer import NGRAM_MAX
+from met.choices import DEFAULT_RECIPE, LOG_LEVELS, MAX_THREADS, NGRAM_MAX, SERVE_SPECS
 from met.exit_codes import EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE
-from met.model.chat_template import template_for
-from met.model.dflash import DrafterError, load_drafter, shipped_path
-from met.model.recipes import DEFAULT_RECIPE, RecipeError
-from met.model.sources import context_len, resolve, tokenizer_for
+from met.model.errors import RecipeError
 from met.path_option import nonempty_model, nonempty_path
-from met.serve import server, tui
-from met.serve.app import Service, create_app
-from met.serve.auth import DEFAULT_TENANT, KeyRing, KeysFileError, read_keys_file
-from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
-from met.speculative.spec_cost import SpecCostState
-from met.speculative.spec_cost.plan import unknown
+
+if TYPE_CHECKING:  # torch, the engine, fastapi and uvicorn are imported when the command runs
+    from met.engine.identity import RunSettings
+    from met.serve.app import Service
+    from met.serve.auth import KeyRing
+    from met.speculative.spec_cost import SpecCostState
 
 COST_MODELS = ("static", "measured")
 ENERGY = ("auto", "nvml", "rapl", "none")
@@ -99,7 +90,7 @@ def serve(
         help="File of `KEY TENANT` lines: each key's requests share lookups only within its tenant.",
         show_default=False)] = None,
     tui_: Annotated[bool, typer.Option("--tui", help="Show the live dashboard in this terminal.")] = False,
-    log_level: Annotated[str, typer.Option(help=f"uvicorn log level: {' | '.join(server.LOG_LEVELS)}.")] = "info",
+    log_level: Annotated[str, typer.Option(help=f"uvicorn log level: {' | '.join(LOG_LEVELS)}.")] = "info",
 ) -> None:
     """Serve an OpenAI-compatible API (/v1/completions, /v1/chat/completions, /v1/models, /tokenize, /health, ...).
 
@@ -116,6 +107,19 @@ def serve(
     address, or does not resolve; checked before the model loads); 78 (EX_CONFIG) the table or
     calibration was measured under another key (each mismatch listed).
     """
+    import torch
+
+    from met.bench.measured_boot import BootError, MeasuredBoot, boot_measured, default_calibration, default_table
+    from met.engine import heap
+    from met.engine.identity import box_class as derive_box_class, resolve_run, speculation_drift_warning
+    from met.engine.policy import PolicyConfig
+    from met.model.chat_template import template_for
+    from met.model.dflash import DrafterError, load_drafter, shipped_path
+    from met.model.sources import context_len, resolve, tokenizer_for
+    from met.serve import server, tui
+    from met.serve.app import Service, create_app
+    from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
+
     if spec is not None and spec not in SERVE_SPECS:
         raise typer.BadParameter(f"{spec!r} is not one of {', '.join(SERVE_SPECS)}", param_hint="--spec")
     if spec_cost_model not in COST_MODELS:
@@ -132,8 +136,8 @@ def serve(
                                  "(its gamma at every width, up to the drafter's block)", param_hint="--lift-wide-tier")
     if energy not in ENERGY:
         raise typer.BadParameter(f"{energy!r} is not one of {', '.join(ENERGY)}", param_hint="--energy")
-    if log_level.lower() not in server.LOG_LEVELS:
-        raise typer.BadParameter(f"{log_level!r} is not one of {', '.join(server.LOG_LEVELS)}",
+    if log_level.lower() not in LOG_LEVELS:
+        raise typer.BadParameter(f"{log_level!r} is not one of {', '.join(LOG_LEVELS)}",
                                  param_hint="--log-level")
     keys = _keys(api_key or [], api_keys_file)
     try:
@@ -203,6 +207,8 @@ def serve(
 
 
 def _keys(api_keys: list[str], keys_file: Path | None) -> KeyRing:
+    from met.serve.auth import DEFAULT_TENANT, KeyRing, KeysFileError, read_keys_file
+
     keys = {}
     if keys_file is not None:
         if not keys_file.exists():
@@ -223,6 +229,8 @@ def _keys(api_keys: list[str], keys_file: Path | None) -> KeyRing:
 
 def _banner(service: Service, recipe_id: str, host: str, port: int, settings: RunSettings, box: str,
             table: Path | None, cost_state: SpecCostState | None, keys: KeyRing) -> None:
+    from met.speculative.spec_cost.plan import unknown
+
     sched = service.scheduler
     typer.echo(f"met serve: {recipe_id} on {settings.device} ({settings.dtype}, {settings.threads} threads), "
                f"box class {box}; spec {sched.policy.name}, {sched.runner.cache.max_batch} slots of "
@@ -263,6 +271,11 @@ def top(
     Exit statuses: 0 stopped (Ctrl-C) or --once drawn; 2 bad option; 69 (EX_UNAVAILABLE) the URL
     cannot be reached, is invalid, or answers no met snapshot.
     """
+    import httpx
+    from rich.console import Console
+
+    from met.serve import tui
+
     try:
         if once:
             Console().print(tui.render(tui.fetch(url, api_key), url))
