@@ -26,6 +26,7 @@ op per weight, and one op for all: the work alone).
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -319,6 +320,7 @@ def main() -> int:
            (lambda p, d=d: met_generate(runner, p, args.tokens, "prompt-lookup", d, STRICT))
            for d in MET_LOOKUP_DEPTHS},
     }
+    load_before = os.getloadavg()
     for p in prompts[:1]:  # warm-up: first calls pay one-off costs
         for run in engines.values():
             run(p)
@@ -356,6 +358,7 @@ def main() -> int:
         met_split["decode_s"] += o.decode_s
         met_split["tokens"] += len(o.tokens)
     floor_ms, work_ms = matvec_floors_ms(model)
+    load_after = os.getloadavg()
 
     med = {name: statistics.median(r) for name, r in rates.items()}
     reference = texts["met plain"]
@@ -391,11 +394,14 @@ def main() -> int:
     }
     for v in split.values():
         v["host"] = v["wall"] - v["prefill"] - v["decode"]
+    # accepted per verify: the tokens a step adds beyond its one decoded token, over the steps that verified
     lookups = {name: {"tokens_per_step": tokens_of[name] / max(c.proposals, 1),
+                      "accepted_per_verify": (tokens_of[name] - c.proposals - len(prompts) * args.repeats)
+                      / max(c.verifies, 1),
                       "drafted_per_verify": c.drafted / max(c.verifies, 1),
                       "verifies_per_step": c.verifies / max(c.proposals, 1),
                       "verify_ms": (c.batch_ms - c.prompt_ms) / max(c.verifies, 1),
-                      "decode_ms": c.decode_ms / max(c.decodes, 1)}
+                      "decode_ms": c.decode_ms / c.decodes if c.decodes else None}  # steps with no draft
                for name, c in counts.items() if name != "llama.cpp plain"}
     m, ll = split["met plain"], split["llama.cpp plain"]
     n_matvecs = sum(v.dim() == 2 and not k.startswith("mtp.") and "embed_tokens" not in k
@@ -418,8 +424,10 @@ def main() -> int:
         f"- llama.cpp's binding adds {ll['host']:.3f} ms per token in Python (its generator, the sampler call "
         f"through ctypes); met's host share is {m['host']:.3f} ms.",
         f"- llama.cpp's prompt lookup ({best_llama}): {best_lookup['tokens_per_step']:.2f} tokens per step, "
-        f"a batched verify of {best_lookup['drafted_per_verify']:.1f} drafts costs {best_lookup['verify_ms']:.3f} "
-        f"ms ({best_lookup['verify_ms'] / max(ll['step'], 1e-9):.2f}x its single-token step); "
+        f"{best_lookup['accepted_per_verify']:.2f} of {best_lookup['drafted_per_verify']:.1f} drafts accepted per "
+        f"verify; a batched verify of {best_lookup['drafted_per_verify']:.1f} drafts costs "
+        f"{best_lookup['verify_ms']:.3f} ms ({best_lookup['verify_ms'] / max(ll['step'], 1e-9):.2f}x a plain "
+        "single-token step); "
         f"{best_lookup['verifies_per_step']:.0%} of steps drafted anything. The binding keeps every row's "
         "logits when a draft model is set (a copy per step) and drafts in numpy.",
     ]
@@ -435,7 +443,9 @@ def main() -> int:
         f"n_threads_batch=1, float32 KV cache, flash attention {'on' if args.flash_attn else 'off'}), "
         f"gguf {version('gguf')}; recipe `{recipe.id}` as a float32 GGUF "
         f"with the byte vocabulary; {len(prompts)} held-out prompts x {args.tokens} tokens, {args.repeats} repeats "
-        "interleaved prompt by prompt; median [min, max] over repeats.",
+        "interleaved prompt by prompt; median [min, max] over repeats. Load average (1, 5, 15 min) "
+        f"{', '.join(f'{x:.1f}' for x in load_before)} before the timed runs, "
+        f"{', '.join(f'{x:.1f}' for x in load_after)} after, on {os.cpu_count()} CPUs.",
         "",
         f"Byte vocabulary: llama.cpp tokenizes {tokenized}/{len(prompts)} prompts to met's ids and detokenizes "
         f"{detokenized}/{len(prompts)} of its outputs to their bytes; both engines are fed the same ids.",
@@ -467,10 +477,13 @@ def main() -> int:
         "",
         "llama.cpp's prompt lookup (a step: one drafter call and the decode after it):",
         "",
-        "| engine | tokens per step | steps that drafted | drafts per verify | verify ms | single-token step ms |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| engine | tokens per step | steps that drafted | drafts per verify | accepted per verify | verify ms | "
+        "single-token step ms |",
+        "|---|---:|---:|---:|---:|---:|---:|",
         *(f"| {name} | {v['tokens_per_step']:.2f} | {v['verifies_per_step']:.0%} | {v['drafted_per_verify']:.2f} | "
-          f"{v['verify_ms']:.3f} | {v['decode_ms']:.3f} |" for name, v in lookups.items()),
+          f"{v['accepted_per_verify']:.2f} | {v['verify_ms']:.3f} | "
+          f"{'-' if v['decode_ms'] is None else format(v['decode_ms'], '.3f')} |"
+          for name, v in lookups.items()),
         "",
         "Where the difference goes:",
         "",
@@ -484,7 +497,8 @@ def main() -> int:
         {"command": cmd, "box_class": box, "cpu": device_name("cpu"), "platform": platform.platform(),
          "recipe": recipe.id, "torch": torch.__version__, "llama_cpp_python": llama_cpp.__version__,
          "gguf": version("gguf"),
-         "flash_attn": args.flash_attn, "prompts": len(prompts), "tokens": args.tokens, "repeats": args.repeats,
+         "flash_attn": args.flash_attn, "loadavg": {"before": load_before, "after": load_after},
+         "prompts": len(prompts), "tokens": args.tokens, "repeats": args.repeats,
          "tokenized_equal": tokenized, "detokenized_equal": detokenized,
          "tokens_per_s": rates, "median": med, "texts_equal_to_met_plain": agree, "differences": differences,
          "ratios": ratios, "time_split_ms": split, "matvec_ms": {"separate": floor_ms, "one_op": work_ms},

@@ -101,3 +101,20 @@ def test_first_difference():
     assert peer.first_difference([1, 2, 3], [1, 2, 3]) is None
     assert peer.first_difference([1, 2, 3], [1, 5, 3]) == 1
     assert peer.first_difference([1, 2], [1, 2, 3]) == 2  # a prefix differs where it ends
+
+
+def test_llama_cpp_computes_what_met_computes(tmp_path):
+    # the micro preset's GGUF through llama.cpp: every position's logits as met's (needs llama-cpp-python)
+    llama_cpp = pytest.importorskip("llama_cpp")
+    import torch
+
+    model = random_micro()
+    llm = llama_cpp.Llama(str(peer.write_gguf(model, tmp_path / "m.gguf")), n_ctx=64, n_threads=1,
+                          n_threads_batch=1, logits_all=True, type_k=llama_cpp.GGML_TYPE_F32,
+                          type_v=llama_cpp.GGML_TYPE_F32, verbose=False)
+    prompt = list(b"def f(x):\n    return x + 1")
+    assert llm.tokenize(bytes(prompt), add_bos=False) == prompt
+    llm.eval(prompt)
+    with torch.inference_mode():
+        ours = model(torch.tensor([prompt]))[0].numpy()
+    np.testing.assert_allclose(np.asarray(llm.scores[: len(prompt)]), ours, rtol=1e-4, atol=1e-4 * np.abs(ours).max())
