@@ -1,22 +1,23 @@
 """`met generate`: offline generation through the scheduler `met serve` runs, with a fixed drafting policy."""
 
+from __future__ import annotations  # the engine's types are imported where they are used: `met --help` needs none
+
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import torch
 import typer
 
-from met.engine import heap
-from met.engine.generate import NGRAM_MAX, SPEC_MODES, Output, generate_each
-from met.engine.identity import MAX_THREADS, RUN_DTYPES, resolve_run, speculation_drift_warning
+from met.choices import DEFAULT_RECIPE, MAX_THREADS, NGRAM_MAX, RUN_DTYPES, SPEC_MODES
 from met.engine.prompts import PromptError, PromptsMissing, read_jsonl_prompts, unencodable
-from met.engine.runner import ModelRunner, Sampling
 from met.exit_codes import EX_DATAERR, EX_NOINPUT
-from met.model.dflash import DrafterError, load_drafter, shipped_path
-from met.model.recipes import DEFAULT_RECIPE, RecipeError
-from met.model.sources import context_len, resolve, tokenizer_for
+from met.model.errors import RecipeError
 from met.path_option import nonempty_model, nonempty_path
+
+if TYPE_CHECKING:  # torch and the engine are imported when the command runs
+    import torch
+
+    from met.engine.generate import Output
 
 MAX_BATCH = 256  # as serve's --max-batch: the KV cache of every slot is allocated up front
 MAX_TEMPERATURE = 100.0  # past this the distribution is uniform to float precision; 1e308 overflowed
@@ -96,6 +97,15 @@ def generate(
     (EX_DATAERR) a prompts file or checkpoint folder that cannot be used (unsupported architecture);
     66 (EX_NOINPUT) a recipe, folder or file that is not there.
     """
+    import torch
+
+    from met.engine import heap
+    from met.engine.generate import generate_each
+    from met.engine.identity import resolve_run, speculation_drift_warning
+    from met.engine.runner import ModelRunner, Sampling
+    from met.model.dflash import shipped_path
+    from met.model.sources import context_len, resolve, tokenizer_for
+
     if (prompt is None) == (prompts is None):
         raise _fail("give exactly one of --prompt or --prompts", 2)
     if drafter is not None and spec != "dflash":
@@ -157,6 +167,8 @@ def generate(
 
 def _block_drafter(path: Path, target_id: str, dtype: torch.dtype, device: str):
     """The DFlash drafter at path for this model; exit 66 if it is missing, 65 if it is unusable or another model's."""
+    from met.model.dflash import DrafterError, load_drafter
+
     try:
         return load_drafter(path, target_id, dtype, device)
     except DrafterError as e:
