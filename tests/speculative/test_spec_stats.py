@@ -1,10 +1,11 @@
-"""Tests for the speculation counters: acceptance, per-position arm matches, B1 gauge, step timing, latches."""
+"""Tests for the speculation counters: acceptance, per-position matches, B1 gauge, steps, requests, latches."""
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from met.speculative.spec_stats import POSITION_ARMS, SpecStats, summary
+from met.speculative.spec_stats import (POSITION_ARMS, SpecStats, acceptance_by_position, recent_tokens_per_s,
+                                        summary)
 
 
 def test_record_verify_counts_prefix_and_bonus() -> None:
@@ -133,3 +134,30 @@ def test_latches_fire_exactly_once_each(names: list[str]) -> None:
     s = SpecStats()
     fired = [n for n in names if s.latch(n)]
     assert sorted(fired) == sorted(set(names))
+
+
+def test_positions_count_at_every_depth_and_a_plain_row_is_a_sequence_step() -> None:
+    # depth 3 accepting one, depth 1 accepting one, a plain row: positions verified [2, 1, 1], accepted [2, 0, 0]
+    s = SpecStats()
+    s.record_verify([True, False, False])
+    s.record_verify([True])
+    s.record_verify([])
+    assert (s.seq_steps, s.verify_seq_steps) == (3, 2)
+    assert (s.proposed_at, s.accepted_at) == ([2, 1, 1], [2, 0, 0])
+    assert acceptance_by_position(s) == (1.0, 0.0, 0.0)
+
+
+def test_steps_stream_and_are_priced_and_the_recent_rate_counts_steps_only() -> None:
+    # two first tokens outside a step; steps of 4 and 2 tokens in 0.5 s each, one priced at 1.5 J
+    s = SpecStats()
+    s.record_streamed(2)
+    s.record_step("mtp", 0.5, 4, 1.5)
+    s.record_step("plain", 0.5, 2)
+    assert (s.streamed, s.energy_j, recent_tokens_per_s(s)) == (8, 1.5, 6.0)
+    assert s.mode_steps == {"mtp": 1, "plain": 1}
+    s.record_finish("stop")
+    s.record_finish("stop")
+    s.record_failed_tick()
+    assert (s.finished, s.failed_ticks) == ({"stop": 2}, 1)
+    assert SpecStats().energy_j is None and recent_tokens_per_s(SpecStats()) == 0.0  # nothing priced, no step
+
