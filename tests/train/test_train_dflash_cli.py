@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import met.train.acceptance as acceptance
+import met.train.dflash_cli as dflash_cli
 from met.cli import app
 from met.model.corpus import Split
 from met.model.dflash import load_drafter
-import met.train.acceptance as evaluate
-import met.train.dflash_cli as dflash_cli
 
 
 @pytest.fixture
@@ -18,7 +18,7 @@ def micro_recipe(micro_embedded, monkeypatch):
     """An embedded micro recipe, a small corpus and two held-out prompts (no stdlib read)."""
     split = Split(np.random.default_rng(0).integers(97, 110, 3000).astype(np.uint16), ("x",))
     monkeypatch.setattr(dflash_cli, "load_split", lambda heldout: split)
-    monkeypatch.setattr(evaluate, "heldout_prompts", lambda count, prompt_bytes: ["def f(x):\n    return x\n"] * 2)
+    monkeypatch.setattr(acceptance, "heldout_prompts", lambda count, prompt_bytes: ["def f(x):\n    return x\n"] * 2)
     return micro_embedded[1]
 
 
