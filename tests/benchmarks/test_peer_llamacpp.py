@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 gguf = pytest.importorskip("gguf")
 
@@ -106,8 +107,6 @@ def test_first_difference():
 def test_llama_cpp_computes_what_met_computes(tmp_path):
     # the micro preset's GGUF through llama.cpp: every position's logits as met's (needs llama-cpp-python)
     llama_cpp = pytest.importorskip("llama_cpp")
-    import torch
-
     model = random_micro()
     llm = llama_cpp.Llama(str(peer.write_gguf(model, tmp_path / "m.gguf")), n_ctx=64, n_threads=1,
                           n_threads_batch=1, logits_all=True, type_k=llama_cpp.GGML_TYPE_F32,
