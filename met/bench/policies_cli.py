@@ -23,7 +23,6 @@ import typer
 
 from met import __version__
 from met.bench.spec_cost_cli import EX_USAGE, parse_widths
-from met.bench.table_files import check_writable, commit, stage
 from met.choices import DEFAULT_RECIPE, ENERGY_CHOICES, OPTIONAL_POLICIES, POLICIES
 from met.exit_codes import EX_CANTCREAT, EX_NOINPUT, EX_OK, EX_SOFTWARE
 from met.model.errors import RecipeError
@@ -309,6 +308,8 @@ def fresh_out_dir(now: dt.datetime) -> Path:
 
 def _check_out_dir(out_dir: Path) -> None:
     """Exit 73 before anything runs if the results could not be written there (a file in the way, no permission)."""
+    from met.bench.table_files import check_writable
+
     try:
         check_writable(out_dir / OUT_NAMES[0])  # makes the folder, and a temp file in it as _write will
         taken = [name for name in OUT_NAMES if (out_dir / name).is_dir()]
@@ -326,6 +327,7 @@ def _write(out_dir: Path, meta: dict, report: str, doc: dict, rows: list[Row]) -
     beside an old plot.
     """
     from met.bench.policies_plot import PlotUnavailable, plot  # matplotlib, if it is there
+    from met.bench.table_files import commit, stage
 
     staged: list[tuple[Path, Path]] = []
     try:

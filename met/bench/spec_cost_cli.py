@@ -18,8 +18,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from met import __version__
-from met.bench.table_files import (Existing, LockHeld, TableLock, Unwritable, changes, check_writable, commit,
-                                   foreign_calibration, read_existing, remove_stale_temps, stage)
 from met.choices import DEFAULT_RECIPE, ENERGY_CHOICES
 from met.exit_codes import (EX_CANTCREAT, EX_CONFIG, EX_DATAERR, EX_INTERRUPTED, EX_NOINPUT, EX_OK, EX_TEMPFAIL,
                             EX_UNAVAILABLE)
@@ -27,13 +25,14 @@ from met.model.errors import RecipeError
 from met.path_option import nonempty_model, nonempty_path
 from met.say import say
 
-if TYPE_CHECKING:  # torch, the model and the sweep are imported by the functions that run them
+if TYPE_CHECKING:  # torch, the model, the sweep and the table files are imported by the functions that use them
     import torch
 
     from met.bench import calibrate as cal
     from met.bench.meters import Meter
     from met.bench.progress import Reporter
     from met.bench.sweep import SweepParams
+    from met.bench.table_files import Existing
     from met.engine.identity import RunSettings
     from met.model.dflash import DflashDrafter
     from met.model.recipes import Recipe
@@ -222,6 +221,7 @@ def spec_cost(
     from met.bench import calibrate as cal
     from met.bench.progress import Reporter
     from met.bench.sweep import QUICK, SweepParams
+    from met.bench.table_files import LockHeld, TableLock, Unwritable
     from met.engine.identity import box_class, resolve_run
     from met.model.sources import recipe_name
 
@@ -316,6 +316,8 @@ def _refuse_foreign(req: Request, old: Existing) -> None:
 
     Someone's other file (a typo'd --out README.md, notes beside it) is not ours to replace.
     """
+    from met.bench.table_files import foreign_calibration
+
     if req.overwrite:
         return
     if old.foreign:
@@ -348,6 +350,7 @@ def _run(req: Request, reporter: Reporter) -> None:
     from met.bench import calibrate as cal
     from met.bench.meters import EnergyUnavailable, open_meter
     from met.bench.sweep import check_fits
+    from met.bench.table_files import check_writable, read_existing
     from met.engine import heap
     from met.engine.identity import mtp_drafter_key
     from met.speculative.spec_cost import SpecCostError
@@ -452,6 +455,8 @@ def _write(path: Path, cal_path: Path, old: Existing, table: CostTable, calibrat
 
     Staging both before replacing either means a full disk or a failed write replaces neither.
     """
+    from met.bench.table_files import changes, commit, remove_stale_temps, stage
+
     remove_stale_temps(path)
     remove_stale_temps(cal_path)  # also under --no-calibrate: a killed run's temp is ours to clear
     staged: list[Path] = []

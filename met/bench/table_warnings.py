@@ -7,11 +7,14 @@ nearest measured width outside the range); a `--quick` table is a smoke run's fe
 an old table was measured under clocks, drivers and load that may have drifted since.
 """
 
+from __future__ import annotations  # met serve's options read MAX_AGE_DAYS here: nothing else is imported then
+
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from met.speculative.spec_cost import CostTable, TableParseError
-from met.speculative.spec_cost import fields
+if TYPE_CHECKING:
+    from met.speculative.spec_cost import CostTable
 
 MAX_AGE_DAYS = 30  # the cron job of a box class re-measures weekly: a month is several missed runs
 
@@ -20,6 +23,8 @@ def table_warnings(table: CostTable, path: Path, max_batch: int, max_age_days: i
                    now: datetime | None = None) -> list[str]:
     """One "warning: ..." line for each of: narrower than max_batch, a quick table, older than max_age_days
     (0: no age warning)."""
+    from met.speculative.spec_cost import TableParseError, fields
+
     lines = []
     widest = max(table.widths)
     if widest < max_batch:

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 import met.bench.policies as pol
 import met.bench.policies_cli as policies_cli
+import met.bench.table_files as table_files
 from met.bench.policies_identity import mismatches
 from met.bench.policies_report import checks, markdown, median_interval, paired_ratio, price, summarise
 from met.cli import app
@@ -299,14 +300,14 @@ def test_cli_replaces_the_result_set_whole_or_not_at_all(cli_env, monkeypatch):
     out = tmp_path / "out"
     out.mkdir()
     (out / "policies.json").write_text("old\n")
-    real_stage = policies_cli.stage
+    real_stage = table_files.stage
 
     def full(path, text):
         if path.name == "policies.md":
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_stage(path, text)
 
-    monkeypatch.setattr(policies_cli, "stage", full)
+    monkeypatch.setattr(table_files, "stage", full)  # the command imports it when it writes
     result = CliRunner().invoke(app, args)
     assert result.exit_code == EX_CANTCREAT and "the report above was not saved" in result.output
     assert "| policy | concurrency |" in result.output  # the results, on the screen at least

@@ -152,20 +152,20 @@ def test_an_unwritable_table_exits_73_in_one_line(use_micro, tmp_path, monkeypat
     # the disk fills up at the write: 73, and the table there before is untouched
     import errno
 
-    import met.bench.spec_cost_cli as spec_cost_cli
+    import met.bench.table_files as table_files
 
     out = tmp_path / "t.toml"
     assert met("bench", "spec-cost", *FAST, "--quiet", "--out", str(out)).exit_code == EX_OK
     cal = out.with_name("t.calibration.toml")
     before = out.read_bytes(), cal.read_bytes()
-    real_stage = spec_cost_cli.stage
+    real_stage = table_files.stage
 
     def full(path, text):  # the calibration is staged, then the disk is full for the table
         if path == out:
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return real_stage(path, text)
 
-    monkeypatch.setattr(spec_cost_cli, "stage", full)
+    monkeypatch.setattr(table_files, "stage", full)  # the command imports it when it writes
     result = met("bench", "spec-cost", *FAST, "--quiet", "--out", str(out))
     assert result.exit_code == EX_CANTCREAT and "Traceback" not in result.output
     assert result.stderr == (f"error: cannot write {out}: No space left on device; the table and calibration "
