@@ -82,7 +82,7 @@ def process(logits: torch.Tensor, sampling, history: History, drafts: Sequence[i
 
 
 def token_logprobs(logits: torch.Tensor, tokens: Sequence[int], top: int) -> list[TokenLogprob]:
-    """Each token's log-probability under its row of logits [T, V] (row j scores tokens[j]), with its top alternatives."""
+    """Each token's log-probability under its row of logits [T, V] (row j scores tokens[j]) and the top ones."""
     logp = torch.log_softmax(logits.double(), -1)  # [T, V]
     rows = torch.arange(len(tokens), device=logp.device)
     chosen = logp[rows, torch.tensor(list(tokens), dtype=torch.long, device=logp.device)].tolist()

@@ -317,7 +317,7 @@ class Scheduler:
         seq.generated.extend(take[:used])
         if req.include_stop and seq.text.stopped_by is not None:
             delta += seq.text.stopped_by
-        if delta or (logprobs and used):
+        if delta or used:  # text held back (a character's first bytes) still counts its tokens, and their time
             seq.sink.put(Delta(delta, used, tuple(logprobs[:used])))
         if seq.text.stopped_by is not None or (eos and used == len(take) and seq.remaining > 0):
             seq.finish = "stop"

@@ -9,7 +9,7 @@ sends it by default.
 """
 
 import json
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
@@ -256,11 +256,6 @@ def parse(raw: bytes, model: type[BaseModel]) -> BaseModel:
                     for err in errors]
         first = errors[0]["loc"]
         raise ApiError(400, "; ".join(_unique(problems)), "invalid_value", str(first[0]) if first else None) from None
-
-
-def parse_request(raw: bytes) -> CompletionRequest:
-    """A completions body (parse with CompletionRequest)."""
-    return parse(raw, CompletionRequest)  # type: ignore[return-value]
 
 
 def _unique(items: list[str]) -> list[str]:
