@@ -1,1 +1,1 @@
-"""Training: the embedded recipe with its MTP module, DFlash drafters, their checkpoints and the model card's acceptance."""
+"""Training: the embedded recipe and its MTP module, DFlash drafters, checkpoints, and the card's acceptance."""

@@ -1,4 +1,4 @@
-"""met generate's loop is the scheduler's: prompts through Scheduler ticks, per-request counts that add up to the run's."""
+"""met generate runs on the scheduler: prompts through Scheduler ticks, each request's counts adding up to the run's."""
 
 from met.engine.generate import generate
 from met.engine.runner import ModelRunner
