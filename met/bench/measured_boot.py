@@ -16,6 +16,7 @@ from pathlib import Path
 
 from met.bench.meters import EnergyUnavailable, open_meter
 from met.bench.spec_cost_cli import calibration_path
+from met.bench.table_files import Unwritable, resolve_out
 from met.bench.tables_cli import Refusal, read_text
 from met.engine.identity import MODES, RunSettings, mtp_drafter_key, serve_table_key
 from met.exit_codes import EX_CONFIG, EX_DATAERR, EX_UNAVAILABLE
@@ -30,6 +31,7 @@ from met.speculative.spec_cost import (
     TableKey,
     TableParseError,
 )
+from met.speculative.spec_cost.keys import shown
 
 TABLES_DIR = Path("tables")
 
@@ -60,8 +62,12 @@ def default_table(box: str, recipe_name: str) -> Path:
 
 
 def default_calibration(table: Path) -> Path:
-    """The calibration beside a table, where the bench writes it: `x.toml` -> `x.calibration.toml`."""
-    return calibration_path(table)
+    """The calibration beside a table (a symlinked table's target), where the bench writes it: `x.toml` ->
+    `x.calibration.toml`."""
+    try:
+        return calibration_path(resolve_out(table))
+    except Unwritable:  # a dangling link: the table's own refusal says so
+        return calibration_path(table)
 
 
 def load_table(path: Path, option: str = "--spec-cost-table") -> CostTable:
@@ -108,7 +114,7 @@ def mismatch_lines(mismatches: list[KeyMismatch], table_path: Path | None = None
 
 
 def _shown(value: object) -> str:
-    return "(not measured)" if value is None else f"'{value}'"
+    return "(not measured)" if value is None else f"'{shown(value)}'"  # control characters escaped, not dropped
 
 
 def energy_source(energy: str, device: str) -> str:

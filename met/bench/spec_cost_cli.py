@@ -8,7 +8,6 @@ The command parses, takes the table's lock, opens the meter, loads the recipe, r
 from __future__ import annotations  # the heavy types are imported where they are used: `met --help` needs none
 
 import datetime as dt
-import os
 import platform
 import time
 from dataclasses import asdict, dataclass, replace
@@ -21,6 +20,7 @@ from met import __version__
 from met.choices import DEFAULT_RECIPE, ENERGY_CHOICES
 from met.exit_codes import (EX_CANTCREAT, EX_CONFIG, EX_DATAERR, EX_INTERRUPTED, EX_NOINPUT, EX_OK, EX_TEMPFAIL,
                             EX_UNAVAILABLE)
+from met.interrupt import say_interrupted
 from met.model.errors import RecipeError
 from met.path_option import nonempty_model, nonempty_path
 from met.say import say
@@ -221,7 +221,7 @@ def spec_cost(
     from met.bench import calibrate as cal
     from met.bench.progress import Reporter
     from met.bench.sweep import QUICK, SweepParams
-    from met.bench.table_files import LockHeld, TableLock, Unwritable
+    from met.bench.table_files import LockHeld, TableLock, Unwritable, resolve_out
     from met.engine.identity import box_class, resolve_run
     from met.model.sources import recipe_name
 
@@ -258,9 +258,14 @@ def spec_cost(
     suffix = ".dflash.toml" if drafter == "dflash" else ".toml"
     calibrated = cal_params if calibrate is not False and drafter == "mtp" else None
     given = out or Path("tables") / box / f"{name}{suffix}"
-    request = Request(recipe, box_class_, settings, params, energy, calibrated, calibration_prompts, _target(given),
-                      _target(calibration_path(given)), max_depth is not None, calibrate is True, drafter, box,
-                      replace_, verify_depth is not None, quick)
+    try:  # a symlinked --out: both files go beside its target; a dangling link is refused
+        target = resolve_out(given)
+        cal_target = resolve_out(calibration_path(target))
+    except Unwritable as exc:
+        _fail(EX_CANTCREAT, f"{exc}; nothing was measured")
+    request = Request(recipe, box_class_, settings, params, energy, calibrated, calibration_prompts, target,
+                      cal_target, max_depth is not None, calibrate is True, drafter, box, replace_,
+                      verify_depth is not None, quick)
     try:
         with TableLock(request.out), Reporter(quiet) as reporter:
             _run(request, reporter)
@@ -271,8 +276,9 @@ def spec_cost(
     except Refusal as exc:
         _fail(exc.code, str(exc))
     except KeyboardInterrupt:  # true at any moment: each file is renamed into place whole, or not at all
-        _fail(EX_INTERRUPTED, f"interrupted: {request.out} and its calibration are each whole, as they were "
-              "or as this run wrote them")
+        say_interrupted(f"error: interrupted: {request.out} and its calibration are each whole, as they were "
+                        "or as this run wrote them")
+        raise typer.Exit(EX_INTERRUPTED) from None
     raise typer.Exit(EX_OK)
 
 
@@ -301,14 +307,6 @@ class Request:
 def _fail(code: int, message: str) -> None:
     say(f"error: {message}", err=True)
     raise typer.Exit(code)
-
-
-def _target(out: Path) -> Path:
-    """The file a run replaces: a symlink's target (replacing the link itself would leave its target stale)."""
-    try:
-        return Path(os.path.realpath(out)) if out.is_symlink() else out
-    except OSError:  # a name too long to look up: the lock or the write check refuses it in one line
-        return out
 
 
 def _refuse_foreign(req: Request, old: Existing) -> None:
@@ -455,7 +453,7 @@ def _write(path: Path, cal_path: Path, old: Existing, table: CostTable, calibrat
 
     Staging both before replacing either means a full disk or a failed write replaces neither.
     """
-    from met.bench.table_files import changes, commit, remove_stale_temps, stage
+    from met.bench.table_files import changes, commit_pair, remove_stale_temps, stage
 
     remove_stale_temps(path)
     remove_stale_temps(cal_path)  # also under --no-calibrate: a killed run's temp is ours to clear
@@ -469,18 +467,11 @@ def _write(path: Path, cal_path: Path, old: Existing, table: CostTable, calibrat
             temp.unlink(missing_ok=True)
         raise Refusal(EX_CANTCREAT, f"cannot write {exc.filename or path}: {exc.strerror or exc}; the table "
                       "and calibration there before are untouched") from None
-    done = None
-    try:
-        if calibration is not None:
-            commit(staged[0], cal_path)
-            done = cal_path
-        commit(staged[-1], path)
+    try:  # the pair, or neither: a failed rename puts back the file it replaced
+        commit_pair(list(zip(staged, [cal_path, path] if calibration is not None else [path])))
     except OSError as exc:
-        for temp in staged:
-            temp.unlink(missing_ok=True)
-        also = f"; {done} was replaced already" if done else ""
         raise Refusal(EX_CANTCREAT, f"cannot replace {exc.filename or path}: {exc.strerror or exc}; the table "
-                      f"there before is untouched{also}") from None
+                      "and calibration there before are untouched") from None
     if old.problem:  # said even under --quiet: a file was replaced that was no valid table
         say(f"warning: {path} {old.problem}; replaced it with the new table", err=True)
     if reporter.quiet:

@@ -41,10 +41,23 @@ def render(path: Path, table: CostTable, cal: AcceptanceCalibration | None, slac
         else []
     if cal is not None and cal.lookup and cal.shared_lookup:
         grids.insert(1, _lookup_table(cal, shared=True))
-    for grid in [*grids, *(_width_table(table, cal, n, slack, pools) for n in table.widths)]:
+    plain = len(table.widths) > MANY_WIDTHS
+    for grid in [*grids, *([] if plain else (_width_table(table, cal, n, slack, pools) for n in table.widths))]:
         # never narrower than its figures (a pipe is 80 columns): rich would cut "0.6667" to "0.66…" or drop a column
         need = console.measure(grid, options=console.options.update_width(1 << 12)).minimum
         Console(width=max(console.width, need)).print(grid)
+    if plain:  # rich lays out a grid in ~10 ms: 30,000 widths would take minutes, plain text takes a second
+        typer.echo("\n\n".join(_plain(*_width_rows(table, cal, n, slack, pools)) for n in table.widths))
+
+
+MANY_WIDTHS = 64  # past this many widths, each width's grid is written as plain text
+
+
+def _plain(title: str, headers: list[str], rows: list[list[str]]) -> str:
+    """The grid _grid would draw, as plain right-justified text: its title, headers, a rule and its rows."""
+    sizes = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, sizes)).rstrip()  # noqa: E731
+    return "\n".join([title, line(headers), "  ".join("-" * w for w in sizes), *map(line, rows)])
 
 
 def _lookup_table(cal: AcceptanceCalibration, shared: bool = False) -> Table:
@@ -103,7 +116,13 @@ def _kmax(table: CostTable, n: int, pools: VerifyPools) -> int:
 
 def _width_table(table: CostTable, cal: AcceptanceCalibration | None, n: int, slack: float,
                  pools: VerifyPools = DEFAULT_POOLS) -> Table:
-    """One width's rows: seconds in ms, joules as measured, and what each depth delivers; beside them the verify of
+    """One width's grid (_width_rows)."""
+    return _grid(*_width_rows(table, cal, n, slack, pools))
+
+
+def _width_rows(table: CostTable, cal: AcceptanceCalibration | None, n: int, slack: float,
+                pools: VerifyPools = DEFAULT_POOLS) -> tuple[str, list[str], list[list[str]]]:
+    """One width's title, headers and rows: seconds in ms, joules as measured, and what each depth delivers; beside them the verify of
     copies where the table measured it (past kmax, alone: nothing drafted there, nothing planned).
 
     One rule for every row: the drafter's cell (verify, draft) to kmax, the copy verify cell where there is one,
@@ -141,4 +160,4 @@ def _width_table(table: CostTable, cal: AcceptanceCalibration | None, n: int, sl
     title = f"width n = {n}" + (f", copies priced to k = {deepest}" if copies else "")
     if cal is not None and kmax < table.kmax:  # the rows past it are what the pool forgoes, never planned
         title += f"; the verify pool holds k <= {kmax}"
-    return _grid(title, headers, rows)
+    return title, headers, rows

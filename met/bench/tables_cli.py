@@ -90,12 +90,8 @@ def load(path: Path) -> CostTable | AcceptanceCalibration:
 
     text = read_text(path)
     try:
-        doc = fields.load(text)  # shape-checked before tomllib sees it
-    except TableParseError:  # CostTable.parse below reports it in its own words
-        doc = {}
-    kind = AcceptanceCalibration if "drafter" in doc else CostTable
-    try:
-        return kind.parse(text)
+        doc = fields.load(text)  # shape-checked before tomllib sees it; parsed once (a wide table is MBs)
+        return (AcceptanceCalibration if "drafter" in doc else CostTable).from_doc(doc)
     except TableParseError as exc:
         raise Refusal(EX_DATAERR, f"{path}: {exc}") from None
 

@@ -168,3 +168,34 @@ def test_a_lock_file_that_is_a_fifo_is_refused_unopened(tmp_path):
     with pytest.raises(Unwritable, match="the lock file .* is a FIFO"):
         with TableLock(table):
             pass
+
+
+def test_a_key_mismatch_escapes_control_characters_instead_of_dropping_them():
+    # a terminal (and click) drops ESC sequences: "cpu-amd\x1b[2K-epyc-1t" must not read as "cpu-amd-epyc-1t"
+    from met.speculative.spec_cost import TableKey
+
+    table = TableKey("cpu-amd\x1b[2K-epyc-1t", "r@1", "none", {"decode": "d"})
+    serve = TableKey("cpu-amd-epyc-1t", "r@1", "none", {"decode": "d"})
+    message = table.check(serve)[0].message()
+    assert "'cpu-amd\\x1b[2K-epyc-1t'" in message and "\x1b" not in message
+
+
+def test_show_writes_a_wide_table_as_plain_grids_quickly(tmp_path):
+    # 30,000 widths once took minutes (a rich grid per width); past MANY_WIDTHS each width is plain text
+    import time
+
+    from typer.testing import CliRunner
+
+    from met.bench.table_view import MANY_WIDTHS
+    from met.bench.tables_cli import tables_app
+    from met.speculative.spec_cost import Cell, CostTable, TableKey
+
+    widths = range(1, 3 * MANY_WIDTHS + 1)
+    key = TableKey("box", "r@1", "none", {"decode": "d"})
+    path = tmp_path / "wide.toml"
+    path.write_text(CostTable(key, [Cell(n, k, 0.01 + 1e-6 * n, 0.001 * k) for n in widths for k in (0, 1)]).to_toml())
+    started = time.perf_counter()
+    result = CliRunner().invoke(tables_app, ["show", str(path)])
+    assert result.exit_code == 0, result.output
+    assert time.perf_counter() - started < 30
+    assert result.stdout.count("width n = ") == len(widths) and f"width n = {widths[-1]}\nk  verify ms" in result.stdout

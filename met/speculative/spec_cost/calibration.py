@@ -285,7 +285,11 @@ class AcceptanceCalibration:
     @classmethod
     def parse(cls, text: str) -> Self:
         """Parse and validate a calibration's TOML text; raises only TableParseError, whatever the text."""
-        doc = fields.load(text)
+        return cls.from_doc(fields.load(text))
+
+    @classmethod
+    def from_doc(cls, doc: Mapping) -> Self:
+        """Validate a calibration TOML has been parsed into (parse's second half: a reader that parsed it once)."""
         if "schema" in doc:
             fields.schema(doc, SCHEMA)
         if "key" in doc and "drafter" not in doc:  # say what the file is, not that [key] is unknown here

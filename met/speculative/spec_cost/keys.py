@@ -126,6 +126,14 @@ class DrafterKey:
         return f"{self.kind} '{self.name}' @ {self.digest}"
 
 
+def shown(value: object) -> str:
+    """A key's value as a message quotes it: control characters escaped (\x1b, \t), never dropped by a terminal."""
+    text = str(value)
+    if text.isprintable() and "\\" not in text:
+        return text
+    return "".join(c if c.isprintable() and c != "\\" else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 @dataclass(frozen=True, slots=True)
 class KeyMismatch:
     """One reason a table key does not match the serve's: the field, the table's value and the serve's."""
@@ -137,8 +145,8 @@ class KeyMismatch:
 
     def message(self) -> str:
         """What differs and what to do about it, in one line."""
-        return (f"table measured under {self.field} '{self.table_value}', this serve has "
-                f"'{self.serve_value}'; {self.remedy}")
+        return (f"table measured under {self.field} '{shown(self.table_value)}', this serve has "
+                f"'{shown(self.serve_value)}'; {self.remedy}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,8 +157,8 @@ class BoxClassMismatch(KeyMismatch):
 
     def message(self) -> str:
         """What differs and what to do about it, in one line."""
-        return (f"table measured under box_class '{self.table_value}', this box is "
-                f"'{self.serve_value}'; {self.remedy}")
+        return (f"table measured under box_class '{shown(self.table_value)}', this box is "
+                f"'{shown(self.serve_value)}'; {self.remedy}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,9 +174,9 @@ class EnergySourceMismatch(KeyMismatch):
 
     def message(self) -> str:
         """What differs and what to do about it, in one line."""
-        return (f"table measured under energy_source '{self.table_value}', this serve plans with "
-                f"'{self.serve_value}'; run met bench spec-cost --energy {self.serve_value} here, "
-                f"or serve with --energy {self.table_value}")
+        return (f"table measured under energy_source '{shown(self.table_value)}', this serve plans with "
+                f"'{shown(self.serve_value)}'; run met bench spec-cost --energy {shown(self.serve_value)} here, "
+                f"or serve with --energy {shown(self.table_value)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,8 +188,8 @@ class PlanDigestMismatch(KeyMismatch):
     def message(self) -> str:
         """What differs and what to do about it, in one line."""
         mode = self.field.removeprefix("plan_digests.")
-        return (f"mode '{mode}' was measured under plan digest '{self.table_value}', this serve's is "
-                f"'{self.serve_value}'; {self.remedy}")
+        return (f"mode '{shown(mode)}' was measured under plan digest '{shown(self.table_value)}', this serve's is "
+                f"'{shown(self.serve_value)}'; {self.remedy}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +201,7 @@ class ModeNotMeasured(KeyMismatch):
     def message(self) -> str:
         """What differs and what to do about it, in one line."""
         mode = self.field.removeprefix("plan_digests.")
-        return f"the serve runs mode '{mode}' but the table never measured it; {self.remedy}"
+        return f"the serve runs mode '{shown(mode)}' but the table never measured it; {self.remedy}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +212,8 @@ class SchemaMismatch(KeyMismatch):
 
     def message(self) -> str:
         """What differs and what to do about it, in one line."""
-        return f"table has schema {self.table_value}, this met reads schema {self.serve_value}; {self.remedy}"
+        return (f"table has schema {shown(self.table_value)}, this met reads schema {shown(self.serve_value)}; "
+                f"{self.remedy}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,8 +224,8 @@ class DrafterMismatch(KeyMismatch):
 
     def message(self) -> str:
         """What differs and what to do about it, in one line."""
-        return (f"calibration fitted on drafter {self.table_value}, this serve drafts with "
-                f"{self.serve_value}; {self.remedy}")
+        return (f"calibration fitted on drafter {shown(self.table_value)}, this serve drafts with "
+                f"{shown(self.serve_value)}; {self.remedy}")
 
 
 class KeyMismatchError(SpecCostError):

@@ -289,7 +289,11 @@ class CostTable:
     @classmethod
     def parse(cls, text: str) -> Self:
         """Parse and validate a table's TOML text; raises only TableParseError, whatever the text."""
-        doc = fields.load(text)
+        return cls.from_doc(fields.load(text))
+
+    @classmethod
+    def from_doc(cls, doc: Mapping) -> Self:
+        """Validate a table TOML has been parsed into (parse's second half: a reader that parsed it once)."""
         if "schema" in doc:  # first: a file of another schema may have any fields
             fields.schema(doc, SCHEMA)
         if "drafter" in doc and "key" not in doc:  # say what the file is, not that [drafter] is unknown here
