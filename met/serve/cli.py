@@ -89,6 +89,9 @@ def serve(
         parser=nonempty_path,
         help="File of `KEY TENANT` lines: each key's requests share lookups only within its tenant.",
         show_default=False)] = None,
+    open_metrics: Annotated[bool, typer.Option(
+        "--open-metrics", help="With keys configured, let clients on loopback (a local scraper) read /metrics and "
+        "/v1/snapshot without a key; every other client still needs one.")] = False,
     tui_: Annotated[bool, typer.Option("--tui", help="Show the live dashboard in this terminal.")] = False,
     log_level: Annotated[str, typer.Option(help=f"uvicorn log level: {' | '.join(LOG_LEVELS)}.")] = "info",
 ) -> None:
@@ -139,7 +142,7 @@ def serve(
     if log_level.lower() not in LOG_LEVELS:
         raise typer.BadParameter(f"{log_level!r} is not one of {', '.join(LOG_LEVELS)}",
                                  param_hint="--log-level")
-    keys = _keys(api_key or [], api_keys_file)
+    keys = _keys(api_key or [], api_keys_file, open_metrics)
     try:
         settings = resolve_run(device, dtype, threads)
         box = derive_box_class(settings.device, box_class)
@@ -206,8 +209,8 @@ def serve(
     raise typer.Exit(code)
 
 
-def _keys(api_keys: list[str], keys_file: Path | None) -> KeyRing:
-    from met.serve.auth import DEFAULT_TENANT, KeyRing, KeysFileError, read_keys_file
+def _keys(api_keys: list[str], keys_file: Path | None, open_metrics: bool = False) -> KeyRing:
+    from met.serve.auth import DEFAULT_TENANT, KeyRing, KeysFileError, key_problem, read_keys_file
 
     keys = {}
     if keys_file is not None:
@@ -220,11 +223,13 @@ def _keys(api_keys: list[str], keys_file: Path | None) -> KeyRing:
     for key in api_keys:
         if not key.strip():
             raise typer.BadParameter("an API key must not be empty", param_hint="--api-key")
+        if (why := key_problem(key)) is not None:  # it could never be sent: refused now, not at every request
+            raise typer.BadParameter(f"the key {why}", param_hint="--api-key")
         if key in keys:  # as a key given twice in the file: which tenant it speaks for must not be a guess
             raise typer.BadParameter(f"a key given here is also in --api-keys-file (tenant {keys[key]!r}); give "
                                      "each key once", param_hint="--api-key")
         keys[key] = DEFAULT_TENANT
-    return KeyRing(keys)
+    return KeyRing(keys, open_metrics)
 
 
 def _banner(service: Service, recipe_id: str, host: str, port: int, settings: RunSettings, box: str,
