@@ -201,8 +201,9 @@ def spec_cost(
     table did not validate, or the checkpoint folder cannot be loaded (unsupported architecture);
     66 (EX_NOINPUT) the recipe's weights, the folder or the calibration prompts are missing;
     69 (EX_UNAVAILABLE) the energy source asked for does not work here (the reason is printed);
-    73 (EX_CANTCREAT) the table cannot be written there (--out is a folder, or its folder, lock file or
-    file cannot be created, or a file there is no met table and --replace was not given): the table
+    73 (EX_CANTCREAT) the table cannot be written there (--out is a folder, a FIFO, a device or a socket,
+    or a symbolic link to nothing, or its folder, lock file or file cannot be created, a full disk
+    included, or a file there is no met table and --replace was not given): the table
     there before is untouched; 75 (EX_TEMPFAIL) another run holds the table's lock: nothing was
     touched, try later; 78 (EX_CONFIG) --out holds the table of another box class or model and
     --replace was not given: nothing was measured; 130 interrupted (Ctrl-C): the table and its

@@ -1,8 +1,9 @@
 """The `met tables` sub-app: check and show cost tables and calibrations.
 
 `met tables check PATH` exits 0 when the file is a valid cost table or calibration measured
-under this box's key, 65 (EX_DATAERR) when it is not valid (not UTF-8, not TOML, or a field
-invalid: one line naming the field path and its value), 66 (EX_NOINPUT) when it does not exist
+under this box's key, 65 (EX_DATAERR) when it is not valid (not a regular file, over 64 MiB, not
+UTF-8, not TOML, nested or dotted past met's limits, or a field invalid: one line naming the field
+path and its value), 66 (EX_NOINPUT) when it does not exist
 or cannot be read (or the recipe to compare with has no weights here), and 78 (EX_CONFIG) when
 its key is not this box's and recipe's (every mismatch listed); `--no-key` checks the file alone.
 PATH may be a folder: every *.toml under it is checked, and the status is the first failure's;

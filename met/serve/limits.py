@@ -192,7 +192,7 @@ class BodyBudget:
                            f"{self.budget}; retry shortly", "rate_limit_exceeded")
             await send({"type": "http.response.start", "status": 429,
                         "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
-                                    (b"retry-after", b"1"), (b"connection", b"close")]})
+                                    (b"retry-after", b"1")]})  # the body is read and dropped: no reset
             await send({"type": "http.response.body", "body": body})
             return
         self.held += want
