@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+import met.bounded_read as bounded_read
 from met.model.hf_config import CheckpointError
 
 _HELD = 4  # a UTF-8 character is at most 4 bytes, so at most 3 tokens wait for one to finish
@@ -115,9 +116,11 @@ class HfTokenizer:
             from tokenizers import Tokenizer as _Tokenizer
         except ImportError:  # pragma: no cover - tokenizers ships with transformers
             raise RuntimeError("reading tokenizer.json needs the `tokenizers` package: pip install tokenizers") from None
-        try:
-            data = path.read_bytes()
+        try:  # a FIFO, a device or a file past the limit is refused unread
+            data = bounded_read.read_bytes(path, bounded_read.TOKENIZER_LIMIT)
             self._tok = _Tokenizer.from_str(data.decode("utf-8"))
+        except bounded_read.FileRefused as exc:
+            raise CheckpointError(str(exc)) from None
         except (OSError, UnicodeDecodeError) as exc:
             raise CheckpointError(f"cannot read {path}: {exc}") from None
         except Exception as exc:  # the tokenizers library raises a bare Exception for a file it cannot parse

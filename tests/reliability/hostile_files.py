@@ -59,6 +59,7 @@ def readers(scratch: Path) -> dict:
     from met.exit_codes import EX_DATAERR
     from met.model.errors import RecipeError
     from met.model.hf_config import read_hf_config
+    from met.model.hf_tokenizer import HfTokenizer
     from met.model.weights import read_card
     from met.serve.auth import KeysFileError, read_keys_file
 
@@ -91,6 +92,7 @@ def readers(scratch: Path) -> dict:
         "met serve: keys file": lambda p: caught(lambda: read_keys_file(p), KeysFileError),
         "checkpoint config.json": lambda p: caught(lambda: read_hf_config(_at(scratch / "ckpt", "config.json", p).parent),
                                                    RecipeError),
+        "checkpoint tokenizer.json": lambda p: caught(lambda: HfTokenizer(p, ()), RecipeError),
         "model card": lambda p: caught(lambda: read_card(p), ValueError),
         "prompts file": lambda p: caught(lambda: read_jsonl_prompts(p), PromptError),
         "prompts folder": lambda p: caught(lambda: calibrate.read_prompts(_at(scratch / "prompts", "p.txt", p).parent,

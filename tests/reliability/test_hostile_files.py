@@ -35,8 +35,8 @@ def cases(tmp_path_factory):
 
 
 def test_every_reader_refuses_every_hostile_file_in_one_line_at_once(cases):
-    # 11 readers x 7 files (3 at --out): each refused with its status, one line, within 2 s and 200 MB
-    assert len(cases) == 10 * 7 + 3
+    # 12 readers x 7 files (3 at --out): each refused with its status, one line, within 2 s and 200 MB
+    assert len(cases) == 11 * 7 + 3
     for case in cases:
         where = f"{case['reader']} on {case['file']}: {case}"
         if case["reader"] == "prompts folder" and case["file"] in ACCEPTED_AS_PROMPTS:
