@@ -471,7 +471,8 @@ def main() -> int:
         "",
         f"Floors: one token's weight matrix-vector products in torch at width 1 (all {model.cfg.n_layers} layers' "
         f"projections and the head, no attention, no norms): {floor_ms:.3f} ms as {n_matvecs} ops, "
-        f"{work_ms:.3f} ms as one op over the same weights. llama.cpp's prefill and decode are its perf "
+        f"{work_ms:.3f} ms as one op over the same weights (best of 300 each: floors, while the steps are means "
+        "over the run and carry the box's load). llama.cpp's prefill and decode are its perf "
         "counters (t_p_eval, t_eval: graph build and compute in C); met's are generate's prefill_s and decode_s "
         "(its decode loop, Python scheduling included) from one more pass over the prompts.",
         "",
