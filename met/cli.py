@@ -1,4 +1,12 @@
-"""The `met` command line: wires each subpackage's Typer app together, nothing more."""
+"""The `met` command line: wires each subpackage's Typer app together, nothing more.
+
+Each sub-app imports its heavy modules (torch, fastapi, matplotlib) inside its commands, so `met --help`
+and the commands that need none of them start at once; Ctrl-C while they start exits 130 (met.interrupt).
+"""
+
+from met import interrupt
+
+_started = interrupt.exit_at_once()  # until the commands are wired: Ctrl-C exits 130 at once, in one line
 
 import errno
 import os
@@ -33,6 +41,7 @@ app.add_typer(model_app, name="model")
 app.command("generate")(generate)
 app.command("serve")(serve)
 app.command("top")(top)
+interrupt.restore(_started)
 
 
 def _print_version(value: bool) -> None:
@@ -54,7 +63,7 @@ def _root(
 def main() -> None:
     """Console-script entry point."""
     try:
-        app()
+        interrupt.run(app)
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EIO, errno.EPIPE):
             raise

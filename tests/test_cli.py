@@ -93,3 +93,66 @@ def test_an_empty_path_is_exit_2_naming_the_option_before_the_command_runs(words
     assert len(lines) == 1 and f"Invalid value for '{param.opts[0]}'" in lines[0]
     result = run("a/b")  # a value is still what the command reads: a Path for a path, the text for --model
     assert result.exit_code == 0 and calls[0][param.name] == (Path("a/b") if "--model" not in param.opts else "a/b")
+
+
+HEAVY = ("torch", "fastapi", "matplotlib")
+SHIPPED = str(Path(__file__).parents[1] / "tables" / "cpu-amd-epyc-1t" / "met-tiny-py.toml")
+# Runs the command line in a fresh interpreter and prints which heavy modules it imported.
+IMPORTS = """
+import sys
+from met.cli import app
+try:
+    app(sys.argv[1:], prog_name="met")
+except SystemExit as exc:
+    status = exc.code
+print(sorted(m for m in {heavy} if m in sys.modules), status)
+"""
+
+
+@pytest.mark.parametrize("args, allowed", [
+    (["--help"], ()),
+    (["bench", "--help"], ()),
+    (["serve", "--help"], ()),
+    (["tables", "check", "--help"], ()),
+    (["tables", "check", "--no-key", SHIPPED], ()),
+    (["tables", "check", "--box-class", "cpu-amd-epyc-1t", SHIPPED], ("torch",)),  # the key holds torch's version
+])
+def test_met_starts_without_importing_torch_fastapi_or_matplotlib(args, allowed):
+    # `met --help` took 2-3 s importing all three for every command; each command now imports what it uses
+    run = subprocess.run([sys.executable, "-c", IMPORTS.format(heavy=HEAVY), *args], capture_output=True, text=True,
+                         timeout=120)
+    imported, status = run.stdout.strip().splitlines()[-1].rsplit(" ", 1)
+    assert status in ("0", "78"), run.stderr  # 78: this box's plan digests need not match the shipped table's
+    assert [m for m in eval(imported) if m not in allowed] == [], run.stderr
+
+
+def _interrupt(tmp_path: Path, args: list[str], delay: float) -> subprocess.CompletedProcess:
+    """`met ARGS` sent SIGINT `delay` seconds after met's own code starts; its status and output."""
+    import signal
+    import time
+
+    code = "import sys; sys.stderr.write('started\\n'); sys.stderr.flush(); from met.cli import main; main()"
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=tmp_path)
+    assert proc.stderr.readline() == "started\n"
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [0.05, 0.5, 1.0, 2.0])
+@pytest.mark.parametrize("command", ["bench", "serve"])
+def test_ctrl_c_while_met_starts_exits_130_in_one_line(tmp_path, command, delay):
+    # in the first seconds a command is still importing torch: Ctrl-C there printed a traceback
+    # a full sweep, minutes long: the signal comes while it runs (a --quick one may be done in 2 s)
+    args = (["bench", "spec-cost", "--quiet", "--energy", "none", "--out", str(tmp_path / "t.toml")]
+            if command == "bench" else ["serve", "--port", "0"])
+    run = _interrupt(tmp_path, args, delay)
+    assert "Traceback" not in run.stderr, run.stderr
+    if run.returncode == 0 and "Uvicorn running" in run.stderr:  # a serve already listening drains and exits 0
+        return
+    assert run.returncode == 130, run.stderr
+    lines = run.stderr.splitlines()
+    assert len(lines) == 1 and "interrupted" in lines[0], run.stderr
