@@ -1,11 +1,12 @@
 """Ctrl-C in met's commands: exit 130 (EX_INTERRUPTED) with one line on stderr, never a traceback.
 
-Two phases. While `met` imports its commands nothing is worth finishing, so SIGINT ends the
-process at once (`exit_at_once`). Once a command runs, SIGINT raises KeyboardInterrupt as usual, so
-a command can leave its files whole and say so in its own line (`say_interrupted`, as bench
-spec-cost does); Typer turns one left unhandled into exit 130, and `run` adds the line then. Python
-drops an exception raised in a finalizer, as a KeyboardInterrupt is when the signal lands in one
-(torch's imports collect garbage), so a process still running GRACE_S after the signal exits 130 then.
+By default SIGINT ends the process at once with the line (`exit_at_once`): while met starts and
+while a command imports torch, a KeyboardInterrupt could land in a finalizer (Python drops it) or in
+torch's C++ calling back into Python (which aborts). A command with files to leave whole asks for a
+KeyboardInterrupt instead once its imports are done (`raise_on_sigint`, as bench spec-cost does
+before it takes the table's lock), and may say so in its own line (`say_interrupted`); Typer turns
+one left unhandled into exit 130, and `run` adds the line then. A process still running GRACE_S
+after such a signal (the exception was dropped) exits 130 then.
 A serve's own handlers (drain, then exit) replace these while it listens.
 """
 
@@ -20,7 +21,7 @@ from met.exit_codes import EX_INTERRUPTED
 
 LINE = "interrupted (Ctrl-C)"
 GRACE_S = 5.0  # long enough for a command to leave its files whole and say so
-_state = {"signalled": False, "said": False}  # a SIGINT arrived; a command said so in its own line
+_state = {"running": False, "signalled": False, "said": False}  # under run(); a SIGINT arrived; a line said it
 
 
 def _exit_now(signum: int, frame: FrameType | None) -> None:
@@ -56,6 +57,13 @@ def _exit_later() -> None:
     os._exit(EX_INTERRUPTED)
 
 
+def raise_on_sigint() -> None:
+    """From now on SIGINT raises KeyboardInterrupt, for the command to leave its files whole (under `run` only:
+    a test running the command in its own process keeps its handler)."""
+    if _state["running"] and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _raise)
+
+
 def say_interrupted(line: str) -> None:
     """A command's own line for its interruption (e.g. that its files are whole); `run` then adds none."""
     from met.say import say
@@ -66,7 +74,8 @@ def say_interrupted(line: str) -> None:
 
 def run(app: Callable[[], object]) -> None:
     """Run the command line; a SIGINT the command left unreported ends with LINE (its status: 130)."""
-    signal.signal(signal.SIGINT, _raise)
+    _state["running"] = True
+    signal.signal(signal.SIGINT, _exit_now)
     try:
         app()
     except SystemExit as exc:

@@ -20,7 +20,7 @@ from met import __version__
 from met.choices import DEFAULT_RECIPE, ENERGY_CHOICES
 from met.exit_codes import (EX_CANTCREAT, EX_CONFIG, EX_DATAERR, EX_INTERRUPTED, EX_NOINPUT, EX_OK, EX_TEMPFAIL,
                             EX_UNAVAILABLE)
-from met.interrupt import say_interrupted
+from met.interrupt import raise_on_sigint, say_interrupted
 from met.model.errors import RecipeError
 from met.path_option import nonempty_model, nonempty_path
 from met.say import say
@@ -267,6 +267,7 @@ def spec_cost(
     request = Request(recipe, box_class_, settings, params, energy, calibrated, calibration_prompts, target,
                       cal_target, max_depth is not None, calibrate is True, drafter, box, replace_,
                       verify_depth is not None, quick)
+    raise_on_sigint()  # from here a Ctrl-C leaves the table and calibration whole, and says so
     try:
         with TableLock(request.out), Reporter(quiet) as reporter:
             _run(request, reporter)

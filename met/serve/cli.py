@@ -273,13 +273,16 @@ def top(
 ) -> None:
     """Show a running server's live snapshot (GET /v1/snapshot).
 
-    Exit statuses: 0 stopped (Ctrl-C) or --once drawn; 2 bad option; 69 (EX_UNAVAILABLE) the URL
-    cannot be reached, is invalid, or answers no met snapshot.
+    Exit statuses: 0 stopped (Ctrl-C once it polls; 130 while it starts) or --once drawn; 2 bad option;
+    69 (EX_UNAVAILABLE) the URL cannot be reached, is invalid, or answers no met snapshot.
     """
     import httpx
     from rich.console import Console
 
     from met.serve import tui
+    from met.interrupt import raise_on_sigint
+
+    raise_on_sigint()  # Ctrl-C stops the dashboard: exit 0
 
     try:
         if once:
