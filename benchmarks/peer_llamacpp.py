@@ -223,14 +223,23 @@ def llama_generate(llm, prompt: list[int], tokens: int,
     return out, seconds
 
 
-def met_generate(runner, prompt: list[int], tokens: int, spec: str, depth: int,
-                 lookup_min: int = 1) -> tuple[list[int], float]:
-    """met's generate at width 1, as peer_transformers times it; returns (new tokens, seconds including prefill)."""
+def met_generate(runner, prompt: list[int], tokens: int, spec: str, depth: int, lookup_min: int = 1,
+                 split: dict | None = None) -> tuple[list[int], float]:
+    """met's generate at width 1, as peer_transformers times it; returns (new tokens, seconds including prefill).
+
+    split: where to add this call's wall, prefill and decode seconds and its tokens.
+    """
     from met.engine.generate import generate
 
     t = time.perf_counter()
     out = generate(runner, [prompt], tokens, spec, depth, stop_at_eos=False, lookup_min=lookup_min)[0]
-    return out.tokens, time.perf_counter() - t
+    seconds = time.perf_counter() - t
+    if split is not None:
+        split["wall_s"] += seconds
+        split["prefill_s"] += out.prefill_s
+        split["decode_s"] += out.decode_s
+        split["tokens"] += len(out.tokens)
+    return out.tokens, seconds
 
 
 def matvec_floors_ms(model, reps: int = 300) -> tuple[float, float]:
@@ -301,6 +310,7 @@ def main() -> int:
     # The byte vocabulary round trip: llama.cpp's tokenizer on the prompt bytes gives met's ids.
     tokenized = sum(plain_llm.tokenize(bytes(p), add_bos=False, special=False) == p for p in prompts)
 
+    met_split = {"prefill_s": 0.0, "decode_s": 0.0, "wall_s": 0.0, "tokens": 0}  # met plain's timed calls
     counts = {"llama.cpp plain": LlamaCounts(),
               **{f"llama.cpp prompt lookup ({d})": LlamaCounts() for d in LOOKUP_DEPTHS}}
 
@@ -312,7 +322,7 @@ def main() -> int:
     engines = {
         "llama.cpp plain": lambda p: llama_generate(plain_llm, p, args.tokens, counts["llama.cpp plain"]),
         **{f"llama.cpp prompt lookup ({d})": (lambda p, d=d: lookup_run(p, d)) for d in LOOKUP_DEPTHS},
-        "met plain": lambda p: met_generate(runner, p, args.tokens, "off", 0),
+        "met plain": lambda p: met_generate(runner, p, args.tokens, "off", 0, split=met_split),
         **{f"met mtp depth {d}": (lambda p, d=d: met_generate(runner, p, args.tokens, "mtp", d)) for d in MTP_DEPTHS},
         **{f"met prompt lookup ({d})": (lambda p, d=d: met_generate(runner, p, args.tokens, "prompt-lookup", d))
            for d in MET_LOOKUP_DEPTHS},
@@ -326,7 +336,7 @@ def main() -> int:
             run(p)
     for c in counts.values():
         c.__init__()  # the warm-up's counts are not the timed runs'
-    met_split = {"prefill_s": 0.0, "decode_s": 0.0, "wall_s": 0.0, "tokens": 0}
+    met_split.update(prefill_s=0.0, decode_s=0.0, wall_s=0.0, tokens=0)
     rates: dict[str, list[float]] = {name: [] for name in engines}
     seconds_of: dict[str, float] = dict.fromkeys(engines, 0.0)
     tokens_of: dict[str, int] = dict.fromkeys(engines, 0)
@@ -347,16 +357,6 @@ def main() -> int:
             seconds_of[name] += seconds[name]
             tokens_of[name] += tokens[name]
 
-    # met plain's time split, from one more pass over the prompts (generate reports prefill and decode)
-    from met.engine.generate import generate
-
-    for p in prompts:
-        t = time.perf_counter()
-        o = generate(runner, [p], args.tokens, "off", 0, stop_at_eos=False)[0]
-        met_split["wall_s"] += time.perf_counter() - t
-        met_split["prefill_s"] += o.prefill_s
-        met_split["decode_s"] += o.decode_s
-        met_split["tokens"] += len(o.tokens)
     floor_ms, work_ms = matvec_floors_ms(model)
     load_after = os.getloadavg()
 
@@ -385,12 +385,12 @@ def main() -> int:
 
     # Per generated token, ms: wall = prefill + decode + host (what neither engine's step counts).
     lp, n_plain, n_met = counts["llama.cpp plain"], tokens_of["llama.cpp plain"], met_split["tokens"]
-    split = {
+    split = {  # both from the timed, interleaved runs
         "llama.cpp plain": {"wall": 1e3 * seconds_of["llama.cpp plain"] / n_plain, "prefill": lp.prompt_ms / n_plain,
                             "decode": lp.decode_ms / n_plain, "step": lp.decode_ms / max(lp.decodes, 1)},
         "met plain": {"wall": 1e3 * met_split["wall_s"] / n_met, "prefill": 1e3 * met_split["prefill_s"] / n_met,
                       "decode": 1e3 * met_split["decode_s"] / n_met,
-                      "step": 1e3 * met_split["decode_s"] / max(n_met - len(prompts), 1)},  # the first is prefill's
+                      "step": 1e3 * met_split["decode_s"] / max(n_met - len(prompts) * args.repeats, 1)},
     }
     for v in split.values():
         v["host"] = v["wall"] - v["prefill"] - v["decode"]
@@ -474,7 +474,7 @@ def main() -> int:
         f"{work_ms:.3f} ms as one op over the same weights (best of 300 each: floors, while the steps are means "
         "over the run and carry the box's load). llama.cpp's prefill and decode are its perf "
         "counters (t_p_eval, t_eval: graph build and compute in C); met's are generate's prefill_s and decode_s "
-        "(its decode loop, Python scheduling included) from one more pass over the prompts.",
+        "(its decode loop, Python scheduling included), both over the timed runs.",
         "",
         "llama.cpp's prompt lookup (a step: one drafter call and the decode after it):",
         "",
