@@ -149,7 +149,8 @@ def serve_soak(args: argparse.Namespace) -> dict:
         prompts = prompts_for(runner.max_len, args.max_tokens)
         solo = [decode(generate(runner, [encode(p)], args.max_tokens, "off")[0].tokens) for p in prompts]
         url = f"http://127.0.0.1:{_port(proc, 300)}"
-        before = httpx.get(f"{url}/soak/state", timeout=30).json()
+        auth = {"authorization": f"Bearer {next(iter(KEYS))}"}  # with keys configured every path but /health needs one
+        before = httpx.get(f"{url}/soak/state", headers=auth, timeout=30).json()
         if (before["model_id"], before["context"]) != (model_id, runner.max_len):  # weights replaced meanwhile
             raise SystemExit(f"the server loaded {before['model_id']}, the solo outputs came from {model_id}")
         key = next(iter(KEYS))
@@ -173,8 +174,8 @@ def serve_soak(args: argparse.Namespace) -> dict:
         stop.set()
         sampler.join()
         snap = _until_drained(url, 120)
-        state = httpx.get(f"{url}/soak/state", timeout=30).json()
-        metrics = httpx.get(f"{url}/metrics", timeout=30).text
+        state = httpx.get(f"{url}/soak/state", headers=auth, timeout=30).json()
+        metrics = httpx.get(f"{url}/metrics", headers=auth, timeout=30).text
         rss_after = rss_mib(proc.pid)
     finally:
         proc.send_signal(signal.SIGTERM)
