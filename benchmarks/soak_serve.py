@@ -30,8 +30,8 @@ REQUEST_TIMEOUT_S = 180.0  # a good request queued behind the whole load still f
 KINDS = {
     "good_stream": (40, 200), "good_plain": (10, 200), "sampled": (3, 200),
     "disconnect_stream": (8, None), "abandon_plain": (3, None),
-    "bad_json": (4, 400), "not_object": (2, 400), "negative_max_tokens": (4, 422), "bad_types": (3, 422),
-    "huge_seed": (2, 422), "unknown_model": (4, 404), "oversized_prompt": (2, 400), "over_context": (3, 400),
+    "bad_json": (4, 400), "not_object": (2, 400), "negative_max_tokens": (4, 400), "bad_types": (3, 400),
+    "huge_seed": (2, 400), "unknown_model": (4, 404), "oversized_prompt": (2, 400), "over_context": (3, 400),
     "huge_body": (3, 413), "wrong_key": (4, 401), "no_key": (2, 401),
 }
 
@@ -234,7 +234,7 @@ class Load:
 
     async def bad_types(self, http, rng) -> int:
         bad = rng.choice([{"max_tokens": "many"}, {"prompt": 42}, {"temperature": "hot"}, {"stream": [1]},
-                          {"prompt": [1, -5, 3]}, {"stop": ["", "x"]}, {"n": 3}, {"logprobs": 5}])
+                          {"prompt": [1, -5, 3]}, {"stop": ["", "x"]}, {"n": 0}, {"logprobs": 6}])
         return await self._json(http, rng, self._body(rng, **bad))
 
     async def huge_seed(self, http, rng) -> int:

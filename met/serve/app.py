@@ -182,14 +182,14 @@ class Service:
                            f"{len(self.open)}; retry shortly", "rate_limit_exceeded")
         return out
 
-    def abort(self) -> int:
-        """End every request in flight now with a 503 (a second Ctrl-C during the drain); returns how many.
+    def abort(self, why: str = "Ctrl-C during its drain") -> int:
+        """End every request in flight now with a 503 (a second Ctrl-C, or the drain time ran out); returns how many.
 
         Runs on the event loop's thread. Each request's client gets Aborted before its own last
         event, and the scheduler frees its slot as for a client that left.
         """
         for request_id, sink in list(self.open.items()):
-            sink.put(Aborted("the server was stopped (Ctrl-C during its drain) before this request finished; "
+            sink.put(Aborted(f"the server was stopped ({why}) before this request finished; "
                              "retry it on another server"))
             self.scheduler.cancel(request_id)
         return len(self.open)

@@ -117,7 +117,7 @@ class DrainingServer(uvicorn.Server):
         await self._until_idle(deadline - ABORT_GRACE_S)
         if state.tasks and self.abort is not None and not self.aborted and not self.force_exit:
             log.warning("The drain time (%g s) ran out: ending %d requests in flight (shutting_down)",
-                        self.drain_s, self.abort())
+                        self.drain_s, self.abort(f"its drain time of {self.drain_s:g} s ran out"))
             await self._until_idle(deadline)
         if state.connections or state.tasks:
             log.warning("Cutting %d connections still open at the end of the drain", len(state.connections))

@@ -28,7 +28,7 @@ def test_short_soak_holds(tmp_path, spec):
     assert set(result["checks"].values()) == {0}, result["checks"]
     assert result["command"].startswith(f"python3 benchmarks/soak.py --serve --model micro --spec {spec} --clients 8")
     statuses = result["requests_by_status"]
-    for status in ("200", "400", "401", "404", "413", "422", "hung up"):  # every kind of request was made
+    for status in ("200", "400", "401", "404", "413", "hung up"):  # every kind of request was made
         assert statuses.get(status), (status, statuses)
     assert result["good_outputs_compared"] >= 20 and result["differing"] == []
     assert result["kv_slots"]["free_after_drain"] == result["kv_slots"]["max_batch"] == 16
