@@ -157,8 +157,6 @@ class _Recorder:
         self.copies = policy.copies  # and indexes histories (and other requests') for a policy that copies
         self.shapes: Counter = Counter()
         self.seen: dict[str, SeqState] = {}
-        self.tokens = 0  # emitted by steps, as clients get them: none past EOS, a stop string or max_tokens
-        self._lengths: list[tuple[SeqState, int]] = []  # the step's sequences and their tokens before it
         self.steps: list[StepRecord] = []
         self._draft_s = 0.0
         self._drafted = 0  # sequences the step's drafter drafted for, as the scheduler prices the step
@@ -171,7 +169,6 @@ class _Recorder:
 
     def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
         self._planned_at = time.perf_counter()
-        self._lengths = [(s, len(s.generated)) for s in seqs]
         for s in seqs:
             self.seen.setdefault(s.request.id, s)
         return self.policy.plan(runner, seqs)
@@ -185,7 +182,6 @@ class _Recorder:
 
     def observe(self, plan: StepPlan, outcomes: Sequence[Outcome], seconds: float) -> None:
         self.shapes[plan.mode, len(outcomes), max((o.proposed for o in outcomes), default=0), self._drafted] += 1
-        self.tokens += sum(len(s.generated) - before for s, before in self._lengths)  # not o.emitted: past EOS too
         self.steps.append(StepRecord(tuple(o.proposed for o in outcomes), self._draft_s, seconds, self._planned_at))
         self.policy.observe(plan, outcomes, seconds)
 
@@ -242,7 +238,7 @@ def measure_run(runner: ModelRunner, name: str, factory: PolicyFactory, model_id
     return Run(name, runner.cache.max_batch, repeat,
                sum(k.end.completion_tokens for k in sinks if isinstance(k.end, Finished)), seconds,
                s.proposed, s.accepted, s.verify_seq_steps, s.emitted, tuple(s.proposed_at), tuple(s.accepted_at),
-               tuple(sorted((*shape, n) for shape, n in recorder.shapes.items())), recorder.tokens,
+               tuple(sorted((*shape, n) for shape, n in recorder.shapes.items())), s.step_streamed,
                recorder.seconds, tuple(outputs))
 
 

@@ -45,6 +45,7 @@ class SpecStats:
     mode_seconds: dict[str, float] = field(default_factory=dict)  # step wall seconds per mode
     fired: set[str] = field(default_factory=set)  # one-shot log latches that have fired
     streamed: int = 0  # tokens streamed to clients: first and bonus tokens included, none past EOS or a stop
+    step_streamed: int = 0  # of those, the ones decode and verify steps emitted (not the prefills' first tokens)
     finished: dict[str, int] = field(default_factory=dict)  # requests that left, by reason
     failed_ticks: int = 0  # scheduler ticks (or steps) that raised
     energy_j: float | None = None  # the cost table's joules of every step run (None: no step was priced)
@@ -102,6 +103,7 @@ class SpecStats:
         self.mode_steps[mode] = self.mode_steps.get(mode, 0) + 1
         self.mode_seconds[mode] = self.mode_seconds.get(mode, 0.0) + seconds
         self.streamed += streamed
+        self.step_streamed += streamed
         self.recent.append((streamed, seconds))
         if energy_j is not None:
             self.energy_j = (self.energy_j or 0.0) + energy_j

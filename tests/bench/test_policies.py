@@ -16,7 +16,7 @@ from met.bench.policies_identity import mismatches
 from met.bench.policies_report import checks, markdown, median_interval, paired_ratio, price, summarise
 from met.cli import app
 from met.engine.identity import MODES, RunSettings, mtp_drafter_key, serve_table_key
-from met.engine.policy_base import Outcome, PlainPolicy, StepPlan
+from met.engine.policy_base import PlainPolicy
 from met.exit_codes import EX_CANTCREAT, EX_CONFIG, EX_DATAERR, EX_OK, EX_SOFTWARE
 from met.speculative.spec_capacity import DEFAULT_POOLS
 from met.speculative.spec_cost import (AcceptanceCalibration, Cell, CostTable, PositionPrior, SpecCostState,
@@ -84,14 +84,11 @@ def test_tokens_in_steps_are_those_clients_got(runs):
         assert r.step_tokens == sum(len(o.tokens) - 1 for o in r.outputs if o.tokens)
 
 
-def test_the_recorder_counts_no_token_past_eos():
-    # a verify that emitted 4 tokens of which the client got 2 (EOS third) counts 2, as the scheduler's counter does
-    seq = type("Seq", (), {"request": type("Req", (), {"id": "0"})(), "generated": [7]})()
-    recorder = pol._Recorder(PlainPolicy())
-    recorder.plan(None, [seq])
-    seq.generated += [8, 9]
-    recorder.observe(StepPlan("mtp", 3, (3,), "fixed"), [Outcome(3, 3, 4)], 0.01)
-    assert recorder.tokens == 2
+def test_step_tokens_are_what_clients_got_less_the_prefills_first_tokens(runs):
+    # the scheduler's count (SpecStats.step_streamed): never a token past EOS or max_tokens, and every request's
+    # first token comes from its prefill, not from a step
+    for r in runs:
+        assert r.tokens - len(r.outputs) <= r.step_tokens <= r.tokens, (r.policy, r.concurrency, r.repeat)
 
 
 def test_runs_interleave_policies_the_order_reversed_every_other_repeat(runs):

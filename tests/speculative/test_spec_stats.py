@@ -161,3 +161,11 @@ def test_steps_stream_and_are_priced_and_the_recent_rate_counts_steps_only() -> 
     assert (s.finished, s.failed_ticks) == ({"stop": 2}, 1)
     assert SpecStats().energy_j is None and recent_tokens_per_s(SpecStats()) == 0.0  # nothing priced, no step
 
+
+
+def test_step_streamed_counts_the_steps_tokens_and_not_the_prefills():
+    s = SpecStats()
+    s.record_streamed(3)  # three requests' first tokens, chosen by their prefill
+    s.record_step("mtp", 0.01, streamed=5)
+    s.record_step("plain", 0.01, streamed=2)
+    assert (s.streamed, s.step_streamed) == (10, 7)
