@@ -1,8 +1,8 @@
 """Soak: hostile table files by the thousand (--fuzz N), or a real server on loopback under hostile load (--serve).
 
-Run: python3 benchmarks/soak.py --fuzz 5000 [--out benchmarks/results/fuzz.md]
+Run: python3 benchmarks/soak.py --fuzz 5000 [--out benchmarks/results/<box class>/fuzz.md]
      python3 benchmarks/soak.py --serve [--clients 64] [--seconds 60] [--spec prompt-lookup]
-                                [--out benchmarks/results/soak.md]
+                                [--out benchmarks/results/<box class>/soak.md]
 
 --fuzz N: N mutations of a valid cost table and N of a valid calibration (the strategies of
 tests/reliability/table_mutations.py), plus the truncation of each at every byte, each judged by
