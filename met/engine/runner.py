@@ -191,15 +191,25 @@ class ModelRunner:
                 raise ValueError(f"prompt of {n} tokens does not fit a context of {self.max_len}")
             if slot in self.seqs:
                 raise ValueError(f"slot {slot} is busy")
+        # Equal prompts (a request's n choices) share one prefill: the first one's row is run, the others'
+        # slots get a copy of its cache entries, and each picks its own first token from the same logits.
+        row_of: dict[tuple[int, ...], int] = {}
+        rows = [row_of.setdefault(tuple(p), len(row_of)) for p in prompts]  # each prompt's row in the forward
+        run = [rows.index(r) for r in range(len(row_of))]  # the requests whose rows are run
         T = max(lens)
-        tokens = torch.zeros(len(slots), T, dtype=torch.long)  # [B, T], right-padded
-        for i, p in enumerate(prompts):
-            tokens[i, : len(p)] = torch.tensor(p)
-        pos = torch.arange(T).expand(len(slots), T)
-        ctx = CacheContext.build(self.cache, slots, pos.to(self.device))
-        h = self.model.hidden(tokens.to(self.device), ctx)  # [B, T, dim]
-        last = h[torch.arange(len(slots)), torch.tensor(lens) - 1]  # [B, dim]
-        logits = self.model.logits_cached(last)  # [B, V]
+        tokens = torch.zeros(len(run), T, dtype=torch.long)  # [U, T], right-padded
+        for r, i in enumerate(run):
+            tokens[r, : lens[i]] = torch.tensor(prompts[i])
+        run_slots = [slots[i] for i in run]
+        pos = torch.arange(T).expand(len(run), T)
+        ctx = CacheContext.build(self.cache, run_slots, pos.to(self.device))
+        h_run = self.model.hidden(tokens.to(self.device), ctx)  # [U, T, dim]
+        last = h_run[torch.arange(len(run)), torch.tensor([lens[i] for i in run]) - 1]  # [U, dim]
+        logits_run = self.model.logits_cached(last)  # [U, V]
+        for i, (slot, r) in enumerate(zip(slots, rows)):
+            if slot != run_slots[r]:
+                self.cache.kv[:, slot, :, : lens[i]] = self.cache.kv[:, run_slots[r], :, : lens[i]]
+        h, logits = h_run[rows], logits_run[rows]  # [B, T, dim], [B, V]: each request's row
         firsts = []
         for i, (slot, sampling) in enumerate(zip(slots, samplings)):
             # on the model's device: torch refuses a host generator for a GPU's multinomial

@@ -293,3 +293,18 @@ def test_drafting_twice_without_a_verify_says_so(model):
         runner.draft_mtp([0, 1], [2, 2])
     runner.verify([0, 1], drafts)
     assert [len(d.tokens) for d in runner.draft_mtp([0, 1], [2, 2])] == [2, 2]
+
+
+def test_equal_prompts_share_one_prefill_and_decode_as_if_alone(model):
+    # [p, q, p] runs two rows, not three; the copy's cache entries and its greedy decode equal p's alone
+    p, q = _prompts(11, (12, 7))
+    runner = ModelRunner(model, 3)
+    widths, hidden = [], runner.model.hidden
+    runner.model.hidden = lambda tokens, ctx: widths.append(tokens.shape[0]) or hidden(tokens, ctx)
+    firsts = runner.prefill([0, 1, 2], [p, q, p], [Sampling()] * 3)
+    runner.model.hidden = hidden
+    assert widths == [2] and firsts[0] == firsts[2]
+    assert torch.equal(runner.cache.kv[:, 2, :, : len(p)], runner.cache.kv[:, 0, :, : len(p)])
+    alone = generate(ModelRunner(model, 1), [p], 24, "mtp", 2, stop_at_eos=False)[0].tokens
+    together = generate(ModelRunner(model, 3), [p, q, p], 24, "mtp", 2, stop_at_eos=False)
+    assert together[0].tokens == together[2].tokens == alone
