@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -49,6 +50,8 @@ def kind(data: dict) -> str:
         return "fuzz"
     if "config" in data and "requests" in data:
         return "soak"
+    if "llama_cpp_python" in data:
+        return "peer_llamacpp"
     if "ratios" in data and "median" in data:
         return "peer_transformers"
     if data.get("rows") and "prompt_lookup_us" in data["rows"][0]:
@@ -58,9 +61,15 @@ def kind(data: dict) -> str:
     return "other"
 
 
+def machine_of(data: dict) -> dict:
+    """A results file's machine record; a report that names its machine in words gives {"name": those words}."""
+    machine = data.get("meta", {}).get("machine") or data.get("machine") or {}
+    return machine if isinstance(machine, dict) else {"name": str(machine)}
+
+
 def box_of(path: Path, data: dict) -> str:
     """The box class a results file ran on: its own record, else its folder under benchmarks/results/."""
-    machine = data.get("meta", {}).get("machine") or data.get("machine") or {}
+    machine = machine_of(data)
     if machine.get("box_class") or data.get("box_class"):
         return machine.get("box_class") or data["box_class"]
     parts = path.relative_to(RESULTS).parts
@@ -81,9 +90,9 @@ def command_of(data: dict) -> str:
 
 def ran_on(path: Path, data: dict) -> str:
     """One line: the command, the box and, where recorded, the device, dtype and time."""
-    machine = data.get("meta", {}).get("machine") or data.get("machine") or {}
+    machine = machine_of(data)
     where = [f"box `{box_of(path, data)}`"]
-    for key in ("device", "dtype", "torch"):
+    for key in ("name", "device", "dtype", "torch"):
         if machine.get(key):
             where.append(f"{key} `{machine[key]}`")
     when = data.get("meta", {}).get("when")
@@ -175,6 +184,19 @@ def peer_section(path: Path, data: dict) -> list[str]:
     return lines + [""]
 
 
+def llamacpp_section(path: Path, data: dict) -> list[str]:
+    """benchmarks/peer_llamacpp.py: met and llama.cpp on the same weights, width 1, greedy; ratios per repeat."""
+    lines = ["### Against llama.cpp on the same weights", "", ran_on(path, data), "",
+             "| engine | tokens/s (median) | texts equal to met plain |", "|---|---:|---:|"]
+    for engine, rate in data["median"].items():
+        lines.append(f"| {engine} | {f1(rate)} | {data.get('texts_equal_to_met_plain', {}).get(engine, '-')} |")
+    lines += ["", "| ratio | median [min, max] over repeats |", "|---|---:|"]
+    for name, values in data.get("ratios", {}).items():
+        values = sorted(values)
+        lines.append(f"| {name} | {statistics.median(values):.2f}x [{values[0]:.2f}, {values[-1]:.2f}] |")
+    return lines + [""]
+
+
 def prompt_lookup_section(path: Path, data: dict) -> list[str]:
     """benchmarks/prompt_lookup.py: microseconds per proposal by history length."""
     lines = ["### Prompt lookup per proposal", "", ran_on(path, data), "",
@@ -231,9 +253,11 @@ def other_section(path: Path, data: dict) -> list[str]:
 
 
 SECTIONS = {"policies": policies_section, "decode": decode_section, "peer_transformers": peer_section,
+            "peer_llamacpp": llamacpp_section,
             "prompt_lookup": prompt_lookup_section, "soak": soak_section, "fuzz": fuzz_section, "other": other_section}
 TITLES = {"policies": "`met bench policies`", "decode": "Offline decode (`benchmarks/decode.py`)",
           "peer_transformers": "Against transformers (`benchmarks/peer_transformers.py`)",
+          "peer_llamacpp": "Against llama.cpp (`benchmarks/peer_llamacpp.py`)",
           "prompt_lookup": "Prompt lookup (`benchmarks/prompt_lookup.py`)",
           "soak": "Serve soak (`benchmarks/soak.py --serve`)", "fuzz": "Table fuzz (`benchmarks/soak.py --fuzz`)",
           "other": "Other results"}

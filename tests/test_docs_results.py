@@ -53,3 +53,18 @@ def test_a_record_without_its_box_takes_its_folder(tmp_path, monkeypatch):
     assert "Command: `python3 benchmarks/decode.py`" in page and "box `cpu-y-1t`" in page
     assert "| 1 | off | 0 | 10.0 |" in page
 
+
+
+def test_a_machine_named_in_words_and_a_llamacpp_peer_get_their_pages(monkeypatch, tmp_path):
+    # a report whose "machine" is a string takes its box from its folder; the llama.cpp peer's per-repeat
+    # ratios are shown as a median with their range
+    results, docs = tmp_path / "benchmarks" / "results", tmp_path / "docs" / "results"
+    (results / "box-a").mkdir(parents=True)
+    (results / "box-a" / "hostile.json").write_text(json.dumps({"machine": "Linux, 2 CPUs", "cases": 3}))
+    peer = {"command": "benchmarks/peer_llamacpp.py --repeats 3", "llama_cpp_python": "0.3", "median": {
+        "met plain": 180.0, "llama.cpp plain": 320.0}, "ratios": {"met plain / llama.cpp plain": [0.5, 0.6, 0.55]}}
+    (results / "box-a" / "peer_llamacpp.json").write_text(json.dumps(peer))
+    module = load_script(monkeypatch, results, docs)
+    page = module.pages()[docs / "box-a.md"]
+    assert "Linux, 2 CPUs" in page and "box `box-a`" in page
+    assert "| met plain / llama.cpp plain | 0.55x [0.50, 0.60] |" in page
