@@ -3,6 +3,7 @@
 import torch
 
 from met.model.config import ModelConfig
+from met.model.dflash import DflashConfig, DflashDrafter
 from met.model.transformer import Transformer
 
 
@@ -18,3 +19,9 @@ def random_micro(seed: int = 0) -> Transformer:
 def micro_model(seed: int = 0) -> Transformer:
     """random_micro in float64, so batch shape and rounding cannot flip a greedy token."""
     return random_micro(seed).double()
+
+
+def random_dflash(target: Transformer, block: int = 8) -> DflashDrafter:
+    """A DFlash block drafter for target with seeded random weights (ffn 64: small and quick)."""
+    torch.manual_seed(1)
+    return DflashDrafter(DflashConfig.for_target(target.cfg, block=block, ffn_dim=64))

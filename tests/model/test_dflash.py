@@ -6,10 +6,10 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from met.exit_codes import EX_DATAERR, EX_NOINPUT
-from met.model.dflash import DflashConfig, DflashDrafter, DrafterError, load_drafter, save_drafter
+from met.model.dflash import DflashConfig, DrafterError, load_drafter, save_drafter
 from met.model.transformer import Transformer
 
-from random_models import random_micro
+from random_models import random_dflash, random_micro
 
 
 @pytest.fixture(scope="module")
@@ -17,14 +17,9 @@ def target() -> Transformer:
     return random_micro()
 
 
-def _drafter(target: Transformer, block: int = 8) -> DflashDrafter:
-    torch.manual_seed(1)
-    return DflashDrafter(DflashConfig.for_target(target.cfg, block=block, ffn_dim=64))
-
-
 def test_one_pass_gives_a_block_of_logits(target):
     # 3 sequences -> [3, block, vocab]; the target's embeddings and head are used, not copied
-    d = _drafter(target)
+    d = random_dflash(target)
     out = d(target, torch.randn(3, target.cfg.dim), torch.tensor([1, 2, 3]))
     assert out.shape == (3, 8, target.cfg.vocab_size)
     assert not any(n.startswith(("embed", "lm_head")) for n, _ in d.named_parameters())
@@ -32,7 +27,7 @@ def test_one_pass_gives_a_block_of_logits(target):
 
 def test_rows_see_each_other_both_ways(target):
     # bidirectional inside the block: nudging a late MASK position's embedding moves the first row's logits
-    d = _drafter(target)
+    d = random_dflash(target)
     h, t = torch.randn(1, target.cfg.dim), torch.tensor([5])
     before = d(target, h, t)
     with torch.no_grad():
@@ -42,7 +37,7 @@ def test_rows_see_each_other_both_ways(target):
 
 def test_saved_drafter_loads_only_for_its_target(target, tmp_path):
     # the file carries its config and target id; another target's id is refused by name
-    d = _drafter(target)
+    d = random_dflash(target)
     path = tmp_path / "d.safetensors"
     digest = save_drafter(d, path, "micro@abc")
     again = load_drafter(path, "micro@abc")
@@ -65,7 +60,7 @@ def test_a_missing_or_damaged_drafter_says_which_with_its_status(target, tmp_pat
         load_drafter(bad, "micro@abc")
     assert exc.value.status == EX_DATAERR
     path = tmp_path / "d.safetensors"
-    save_drafter(_drafter(target), path, "micro@abc")
+    save_drafter(random_dflash(target), path, "micro@abc")
     with safe_open(str(path), framework="pt") as f:
         meta, state = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
     meta["dflash_config"] = meta["dflash_config"].replace('"block": 16', '"block": 8').replace('"dim": ', '"dim": 1')

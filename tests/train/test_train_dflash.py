@@ -5,11 +5,10 @@ import pytest
 import torch
 
 from met.model.corpus import Split
-from met.model.dflash import DflashConfig, DflashDrafter
 from met.model.transformer import Transformer
 from met.train.dflash import DflashTrainParams, block_losses, train_dflash
 
-from random_models import random_micro
+from random_models import random_dflash, random_micro
 
 
 @pytest.fixture(scope="module")
@@ -17,16 +16,11 @@ def target() -> Transformer:
     return random_micro()
 
 
-def _drafter(target: Transformer, block: int = 8) -> DflashDrafter:
-    torch.manual_seed(1)
-    return DflashDrafter(DflashConfig.for_target(target.cfg, block=block, ffn_dim=64))
-
-
 def test_block_losses_fall_with_a_few_steps(target):
     # distillation on a repetitive corpus: the weighted loss drops and acceptance stats are shares
     rng = np.random.default_rng(0)
     split = Split(np.tile(rng.integers(97, 110, 50), 100).astype(np.uint16), ("x",))
-    d = _drafter(target)
+    d = random_dflash(target)
     x = torch.from_numpy(split.tokens[:64].astype(np.int64))[None].repeat(2, 1)
     first, stats = block_losses(d, target, x, 8, 0.8, torch.Generator().manual_seed(0))
     assert len(stats["accept_at"]) == 8 and all(0 <= a <= 1 for a in stats["accept_at"])
