@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from interleave import interleaved
 from met.engine.identity import box_class, device_name
 from met.model.tokenizer import BOS, EOS, VOCAB_SIZE
 
@@ -337,25 +338,8 @@ def main() -> int:
     for c in counts.values():
         c.__init__()  # the warm-up's counts are not the timed runs'
     met_split.update(prefill_s=0.0, decode_s=0.0, wall_s=0.0, tokens=0)
-    rates: dict[str, list[float]] = {name: [] for name in engines}
-    seconds_of: dict[str, float] = dict.fromkeys(engines, 0.0)
-    tokens_of: dict[str, int] = dict.fromkeys(engines, 0)
-    texts: dict[str, list[list[int]]] = {}
-    for _ in range(args.repeats):
-        # Interleaved per prompt (every engine on prompt 1, then on prompt 2, ...), so the box's drift
-        # over a repeat falls on every engine alike; a repeat's rate is its tokens over its seconds.
-        tokens, seconds = dict.fromkeys(engines, 0), dict.fromkeys(engines, 0.0)
-        texts = {name: [] for name in engines}
-        for p in prompts:
-            for name, run in engines.items():
-                toks, s = run(p)
-                tokens[name] += len(toks)
-                seconds[name] += s
-                texts[name].append(toks)
-        for name in engines:
-            rates[name].append(tokens[name] / seconds[name])
-            seconds_of[name] += seconds[name]
-            tokens_of[name] += tokens[name]
+    timed = interleaved(engines, prompts, args.repeats)
+    rates, texts, seconds_of, tokens_of = timed.rates, timed.texts, timed.seconds, timed.tokens
 
     floor_ms, work_ms = matvec_floors_ms(model)
     load_after = os.getloadavg()

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 import transformers
 
+from interleave import interleaved
 from met.engine.generate import generate
 from met.engine.identity import box_class, device_name
 from met.engine.runner import ModelRunner
@@ -89,21 +90,8 @@ def main() -> int:
     for p in prompts[:1]:  # warm-up: first calls pay one-off costs
         for run in engines.values():
             run(p)
-    rates: dict[str, list[float]] = {name: [] for name in engines}
-    texts: dict[str, list[list[int]]] = {}
-    for _ in range(args.repeats):
-        # Interleaved per prompt (every engine on prompt 1, then on prompt 2, ...), so the box's drift
-        # over a repeat falls on every engine alike; a repeat's rate is its tokens over its seconds.
-        tokens, seconds = dict.fromkeys(engines, 0), dict.fromkeys(engines, 0.0)
-        texts = {name: [] for name in engines}
-        for p in prompts:
-            for name, run in engines.items():
-                toks, s = run(p)
-                tokens[name] += len(toks)
-                seconds[name] += s
-                texts[name].append(toks)
-        for name in engines:
-            rates[name].append(tokens[name] / seconds[name])
+    timed = interleaved(engines, prompts, args.repeats)
+    rates, texts = timed.rates, timed.texts
     med = {name: statistics.median(r) for name, r in rates.items()}
     reference = texts["transformers plain"]
     agree = {name: sum(a == b for a, b in zip(outs, reference)) for name, outs in texts.items()}

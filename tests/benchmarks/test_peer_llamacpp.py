@@ -5,6 +5,7 @@ not run here.
 """
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +16,9 @@ gguf = pytest.importorskip("gguf")
 
 from random_models import random_micro  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location(
-    "peer_llamacpp", Path(__file__).parents[2] / "benchmarks" / "peer_llamacpp.py")
+BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))  # the script imports its sibling modules (interleave), as it does when run
+_spec = importlib.util.spec_from_file_location("peer_llamacpp", BENCHMARKS / "peer_llamacpp.py")
 peer = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(peer)
 
