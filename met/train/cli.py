@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from met.choices import MAX_THREADS
-from met.exit_codes import EX_DATAERR
+from met.exit_codes import EX_DATAERR, EX_NOINPUT
 from met.model.cli import fail
 from met.model.config import ModelConfig
 from met.path_option import nonempty_path
@@ -25,6 +25,8 @@ from met.train.params import DflashTrainParams, TrainParams
 
 if TYPE_CHECKING:  # torch, rich and the trainers are imported when the command runs
     from rich.console import Console
+
+    from met.model.transformer import Transformer
 
     from met.train.checkpoint import ChangedParams, PastSteps, UnusableCheckpoint
 
@@ -52,6 +54,10 @@ def train_cmd(
     eval_every: Annotated[int | None, typer.Option(
         min=1, help=f"Steps between held-out evaluations [default: {_D.eval_every}].", show_default=False)] = None,
     seed: Annotated[int, typer.Option(help="Seed of the data sampler and initialisation.")] = 0,
+    init_from: Annotated[Path | None, typer.Option(
+        parser=nonempty_path, help="Start from these weights (a .safetensors file of the same preset, e.g. the "
+                                   "embedded ones) instead of a fresh initialisation; a new schedule of --steps.",
+        show_default=False)] = None,
     drafter: Annotated[str, typer.Option(
         help="mtp: train the model with its MTP module; dflash: train a DFlash block drafter against the frozen "
              "--target (then --steps, --batch, --seq-len, --lr, --eval-every are the drafter's, default "
@@ -66,10 +72,15 @@ def train_cmd(
     trained with another --batch, --seq-len, --lr or --seed (the card would claim options its
     first steps did not use); --steps and --eval-every may change.
 
+    --init-from continues training earlier weights under a schedule of its own (warm-up, then
+    cosine decay over --steps); the card names the weights it started from and their card's
+    training, and a checkpoint started from other weights is refused like one with another --lr.
+
     Exit statuses: 0 weights and card written; 2 bad option value (or a checkpoint in OUT_DIR
     already past --steps, or trained with other options); 65 (EX_DATAERR) OUT_DIR's checkpoint is
-    unreadable or another preset's, or a drafter's trained against other target weights (remove
-    it or pass another --out-dir); 66 (EX_NOINPUT) --target names no embedded recipe;
+    unreadable or another preset's, --init-from is not a weights file of the preset, or a drafter's trained against other target weights (remove
+    it or pass another --out-dir); 66 (EX_NOINPUT) --target names no embedded recipe, or
+    --init-from no file;
     73 (EX_CANTCREAT) OUT_DIR cannot be created or written.
     """
     import torch
@@ -78,7 +89,7 @@ def train_cmd(
 
     from met.model.corpus import HELDOUT_PERCENT, load_split, stdlib_root
     from met.model.transformer import Transformer
-    from met.model.weights import save_weights, write_card
+    from met.model.weights import file_digest, save_weights, write_card
     from met.train.acceptance import mtp_acceptance
     from met.train.checkpoint import ChangedParams, PastSteps, UnusableCheckpoint
     from met.train.recipe import train
@@ -99,6 +110,8 @@ def train_cmd(
     if target is not None:  # it would be silently ignored
         raise fail("--target is for --drafter dflash (the recipe a DFlash drafter is trained against); --drafter mtp "
                    "trains --preset", 2)
+    if init_from is not None and not init_from.is_file():
+        raise fail(f"--init-from {init_from}: no such file", EX_NOINPUT)
     preset = preset or "met-tiny-py"
     out_dir = out_dir or Path("runs/met-tiny-py")
     try:
@@ -106,8 +119,12 @@ def train_cmd(
     except KeyError as e:
         raise fail(e.args[0], 2) from None
     every = _or(eval_every, _D.eval_every)
+    start, start_card = None, None
+    if init_from is not None:
+        start, start_card = _starting_weights(cfg, init_from)
     params = TrainParams(steps=_or(steps, _D.steps), batch=_or(batch, _D.batch), seq_len=_or(seq_len, _D.seq_len),
-                         lr=_or(lr, _D.lr), eval_every=every, checkpoint_every=every, seed=seed)
+                         lr=_or(lr, _D.lr), eval_every=every, checkpoint_every=every, seed=seed,
+                         init_from=file_digest(init_from) if init_from is not None else "")
     if params.seq_len + 2 > cfg.max_seq_len:
         raise fail(f"--seq-len {params.seq_len} leaves no room for the 2 MTP targets in preset {preset}'s "
                    f"context of {cfg.max_seq_len}; pass --seq-len {cfg.max_seq_len - 2} or less", 2)
@@ -116,6 +133,8 @@ def train_cmd(
     train_split, heldout = load_split(False), load_split(True)
     torch.manual_seed(seed)
     model = Transformer(cfg)
+    if start is not None:  # a checkpoint in OUT_DIR, if any, then replaces these with its own
+        model.load_state_dict(start.state_dict())
     with Progress(TextColumn("[bold]train"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
                   console=console, disable=not console.is_terminal) as progress:
@@ -151,7 +170,9 @@ def train_cmd(
                    "heldout_rule": f"int(sha256(relative path).hexdigest()[:8], 16) % 100 < {HELDOUT_PERCENT}",
                    "train_tokens": int(len(train_split.tokens)), "heldout_tokens": int(len(heldout.tokens))},
         "training": asdict(params) | {"wall_s": round(stats["wall_s"], 1), "tokens_seen": stats["tokens"],
-                                      "torch": torch.__version__, "threads": torch.get_num_threads()},
+                                      "torch": torch.__version__, "threads": torch.get_num_threads()}
+                    | ({"started_from": {"path": str(init_from), "digest": params.init_from,
+                                         "training": (start_card or {}).get("training")}} if init_from else {}),
         "heldout": {"method": "32 random windows of 256 bytes of the held-out split (train.evaluate; the whole "
                               "split: python3 benchmarks/studies/heldout_quality.py)",
                     "bits_per_byte": round(stats["heldout_bpb"], 4),
@@ -198,6 +219,23 @@ def _train_dflash(target: str, out_dir: Path, steps: int | None, batch: int | No
         raise _checkpoint_refused(e) from None
     except ValueError as e:
         raise fail(str(e), 2) from None
+
+
+def _starting_weights(cfg: ModelConfig, path: Path) -> tuple[Transformer, dict | None]:
+    """The weights --init-from names, as a model of cfg, and the card beside them (None if there is none)."""
+    from met.model.weights import load_model, read_card
+
+    try:
+        model = load_model(cfg, path)
+    except Exception as e:  # a file that is not safetensors, or a state dict of another shape
+        raise fail(f"--init-from {path}: not weights of this preset ({str(e).splitlines()[0][:200]})", EX_DATAERR) \
+            from None
+    card_path = path.with_name(path.name.removesuffix(".safetensors") + ".card.json")
+    try:
+        card = read_card(card_path) if card_path.is_file() else None
+    except (OSError, ValueError):
+        card = None
+    return model, card
 
 
 def _or(value: int | float | None, default: int | float) -> int | float:

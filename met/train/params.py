@@ -21,6 +21,7 @@ class TrainParams:
     eval_every: int = 250
     checkpoint_every: int = 250
     seed: int = 0
+    init_from: str = ""  # digest of the weights training started from; "": a fresh initialisation
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch < 1 or self.seq_len < 8:

@@ -185,3 +185,43 @@ def test_weights_or_card_that_cannot_be_written_exit_73(tiny_corpus, monkeypatch
     assert result.exit_code == 73, result.output
     assert f"error: cannot write {tmp_path / name}: Is a directory" in result.output
     assert "Traceback" not in result.output
+
+
+def test_init_from_continues_those_weights_and_cards_where_it_started(tiny_corpus, tmp_path):
+    # two steps from a first run's weights: the second run starts where the first ended, not afresh
+    first = tmp_path / "first"
+    assert _run(*MICRO, "--steps", "2", "--eval-every", "2", "--out-dir", str(first)).exit_code == 0
+    start = first / "micro.safetensors"
+    result = _run(*MICRO, "--steps", "1", "--eval-every", "1", "--lr", "1e-9", "--out-dir", str(tmp_path / "second"),
+                  "--init-from", str(start))
+    assert result.exit_code == 0, result.output
+    from met.model.config import ModelConfig
+    from met.model.weights import file_digest, load_model, read_card
+    before = load_model(ModelConfig.from_name("micro"), start).state_dict()
+    after = load_model(ModelConfig.from_name("micro"), tmp_path / "second" / "micro.safetensors").state_dict()
+    assert all(torch.allclose(before[k], after[k], atol=1e-5) for k in before)  # lr 1e-9: one step moves nothing
+    started = read_card(tmp_path / "second" / "micro.card.json")["training"]["started_from"]
+    assert started["digest"] == file_digest(start) and started["training"]["steps"] == 2
+
+
+def test_a_checkpoint_started_from_other_weights_is_refused(tiny_corpus, tmp_path):
+    _micro_checkpoint(tmp_path / "ckpt.pt", 1)
+    weights = tmp_path / "w.safetensors"
+    from met.model.weights import save_weights
+    save_weights(random_micro(), weights)
+    result = _run(*MICRO, "--steps", "3", "--out-dir", str(tmp_path), "--init-from", str(weights))
+    assert result.exit_code == 2, result.output
+    assert "was trained with --init-from" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("content, status, message", [
+    (None, 66, "no such file"),
+    (b"not safetensors", 65, "not weights of this preset"),
+])
+def test_init_from_that_is_no_weights_of_the_preset_is_refused(no_training, tmp_path, content, status, message):
+    path = tmp_path / "w.safetensors"
+    if content is not None:
+        path.write_bytes(content)
+    result = _run(*MICRO, "--steps", "1", "--out-dir", str(tmp_path / "o"), "--init-from", str(path))
+    assert result.exit_code == status, result.output
+    assert f"--init-from {path}: {message}" in " ".join(result.output.split())
