@@ -17,7 +17,7 @@ from typing import Protocol
 import torch
 
 from met.model.config import ModelConfig
-from met.model.transformer import CACHED_PATH_VERSION
+from met.model.transformer import cached_path_version
 from met.speculative.spec_cost import DrafterKey, TableKey
 
 MODES = ("decode", "verify", "draft_mtp")
@@ -47,7 +47,7 @@ class RunSettings:
     attention_impl: str = "sdpa"  # F.scaled_dot_product_attention, as met.model.transformer uses
     compile_setting: str = "eager"  # no torch.compile, no CUDA graphs
     verify_arms: tuple[int, ...] = ()  # depths the verify path is built for; () = any depth (eager)
-    cached_path: int = CACHED_PATH_VERSION  # the engine's packed, cached path (met.model.transformer)
+    cached_path: int = 0  # the engine's packed, cached path (met.model.transformer); 0: this device's now
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", str(self.dtype).removeprefix("torch."))
@@ -57,6 +57,8 @@ class RunSettings:
             torch.device(self.device)
         except (RuntimeError, TypeError):
             raise ValueError(f"device {self.device!r} is not a torch device (e.g. cpu, cuda, cuda:0)") from None
+        if not self.cached_path:
+            object.__setattr__(self, "cached_path", cached_path_version(self.device))
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
             raise ValueError(f"threads {self.threads!r} is not a positive whole number")
         arms = tuple(self.verify_arms)

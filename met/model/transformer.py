@@ -8,12 +8,20 @@ from torch import nn
 
 from met.model.config import ModelConfig
 from met.model.kv_cache import PAD_ROOM, KVCache
+from met.model.packed import PackedWeight
 
-# The version of the packed, cached inference path (fuse, _layer_cached, the cache layout). It is part of
-# every plan digest: bump it when that path's kernels or layouts change, so that cost tables measured on
-# the old path are refused rather than trusted. 2: head-major cache, norms folded into [in, out] weights;
-# 3: keys and values in one cache tensor, RoPE in place.
+# The version of the packed, cached inference path (fuse, _layer_cached, the cache layout) on each kind of
+# device. It is part of every plan digest: bump it when that path's kernels or layouts change there, so that
+# cost tables measured on the old path are refused rather than trusted. 2: head-major cache, norms folded into
+# [in, out] weights; 3: keys and values in one cache tensor, RoPE in place; 4 (CPU only): float32 products of
+# enough rows by oneDNN (met.model.packed).
 CACHED_PATH_VERSION = 3
+CPU_CACHED_PATH_VERSION = 4
+
+
+def cached_path_version(device: str | torch.device) -> int:
+    """The cached path's version on this device (CPU_CACHED_PATH_VERSION on a CPU)."""
+    return CPU_CACHED_PATH_VERSION if torch.device(device).type == "cpu" else CACHED_PATH_VERSION
 
 
 @dataclass
@@ -174,18 +182,16 @@ class _Fused:
     """Inference weights of one layer packed for fewer, larger kernels (built by Transformer.fuse).
 
     Each RMSNorm's weight (times sqrt(dim)) is folded into the rows of the projection it feeds, so the
-    cached path normalises with `_unit_rms` alone. Weights are stored [in, out] (`_pack`).
+    cached path normalises with `_unit_rms` alone. Weights are stored [in, out] (`_pack`), each called as `w(x)` for `x @ w`.
     """
 
-    wqkv: torch.Tensor  # [dim, (H + 2 * Hkv) * head_dim]: q, k, v projections side by side, input norm folded in
-    w13: torch.Tensor  # [dim, 2 * ffn]: gate and up projections side by side, post-attention norm folded in
-    wo: torch.Tensor  # [H * head_dim, dim]
-    w2: torch.Tensor  # [ffn, dim]
-    bqkv: torch.Tensor | None = None  # [(H + 2 * Hkv) * head_dim] q, k, v biases stacked (Qwen2); None: no bias
-    bo: torch.Tensor | None = None  # [dim] o_proj bias; None: no bias
+    wqkv: PackedWeight  # [dim, (H + 2 * Hkv) * head_dim]: q, k, v projections side by side, input norm folded in
+    w13: PackedWeight  # [dim, 2 * ffn]: gate and up projections side by side, post-attention norm folded in
+    wo: PackedWeight  # [H * head_dim, dim]
+    w2: PackedWeight  # [ffn, dim]
 
 
-def _pack(weight: torch.Tensor, norm: RMSNorm | None = None) -> torch.Tensor:
+def _pack(weight: torch.Tensor, norm: RMSNorm | None = None, bias: torch.Tensor | None = None) -> PackedWeight:
     """An nn.Linear weight [out, in] as [in, out] for `x @ w`, with the norm's scale (times sqrt(in)) folded in.
 
     x @ w with w contiguous [in, out] reads the weight as it lies; on CPU with cold caches it takes
@@ -193,13 +199,7 @@ def _pack(weight: torch.Tensor, norm: RMSNorm | None = None) -> torch.Tensor:
     """
     if norm is not None:
         weight = weight * (norm.weight * weight.shape[1] ** 0.5)
-    return weight.detach().t().contiguous()
-
-
-def _proj(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ w (+ b) for a `_pack`ed weight."""
-    y = x @ w
-    return y if b is None else y + b
+    return PackedWeight.of(weight.detach().t(), bias)
 
 
 def _unit_rms(x: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
@@ -213,12 +213,11 @@ def _unit_rms(x: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
 
 def _fuse_layer(layer: "DecoderLayer") -> _Fused:
     a, m = layer.self_attn, layer.mlp
+    qkv_bias = torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]) if a.q_proj.bias is not None else None
     return _Fused(
-        _pack(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]), layer.input_layernorm),
+        _pack(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]), layer.input_layernorm, qkv_bias),
         _pack(torch.cat([m.gate_proj.weight, m.up_proj.weight]), layer.post_attention_layernorm),
-        _pack(a.o_proj.weight), _pack(m.down_proj.weight),
-        torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]).detach() if a.q_proj.bias is not None else None,
-        a.o_proj.bias.detach() if a.o_proj.bias is not None else None,
+        _pack(a.o_proj.weight, bias=a.o_proj.bias), _pack(m.down_proj.weight),
     )
 
 
@@ -246,7 +245,8 @@ class Transformer(nn.Module):
             if self.mtp is not None:
                 m, d = self.mtp, self.cfg.dim
                 self._mtp_head = _pack(self.lm_head.weight, m.norm)
-                self._eh = torch.cat([_pack(m.eh_proj.weight[:, :d], m.hnorm), _pack(m.eh_proj.weight[:, d:], m.enorm)])
+                self._eh = _pack(torch.cat([m.eh_proj.weight[:, :d] * (m.hnorm.weight * d ** 0.5),
+                                        m.eh_proj.weight[:, d:] * (m.enorm.weight * d ** 0.5)], 1))
         p = self.lm_head.weight
         self._rms_floor = torch.tensor((self.cfg.norm_eps * self.cfg.dim) ** 0.5, dtype=p.dtype, device=p.device)
         half = self.cfg.head_dim // 2
@@ -259,16 +259,16 @@ class Transformer(nn.Module):
         cfg = self.cfg
         B, T, _ = x.shape
         H, Hkv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        qkv = _proj(_unit_rms(x, self._rms_floor), f.wqkv, f.bqkv).view(B, T, H + 2 * Hkv, hd)
+        qkv = f.wqkv(_unit_rms(x, self._rms_floor)).view(B, T, H + 2 * Hkv, hd)
         qk = qkv[:, :, : H + Hkv]
         torch.addcmul(qk * cos, qk.roll(hd // 2, -1), sin, out=qk)  # RoPE on q and k at once, in place
         ctx.cache.write(index, ctx.rows, ctx.write_pos, qkv[:, :, H:])  # roped keys, then values
         q = qkv[:, :, :H]
         keys, values = ctx.cache.read(index, ctx.slots, ctx.upto, ctx.first)
         a = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=ctx.mask, enable_gqa=H != Hkv)
-        x = x + _proj(a.transpose(1, 2).reshape(B, T, H * hd), f.wo, f.bo)
-        gate, up = (_unit_rms(x, self._rms_floor) @ f.w13).chunk(2, -1)
-        return x + (F.silu(gate) * up) @ f.w2
+        x = x + f.wo(a.transpose(1, 2).reshape(B, T, H * hd))
+        gate, up = f.w13(_unit_rms(x, self._rms_floor)).chunk(2, -1)
+        return x + f.w2(F.silu(gate) * up)
 
     def _rope_cached(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         dtype = self.lm_head.weight.dtype
@@ -302,7 +302,7 @@ class Transformer(nn.Module):
 
     def logits_cached(self, hidden: torch.Tensor) -> torch.Tensor:
         """logits() with the packed head of fuse(): the inference path."""
-        return _unit_rms(hidden, self._rms_floor) @ self._head
+        return self._head(_unit_rms(hidden, self._rms_floor))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Logits [B, T, vocab] of a causal pass without cache (training, reference checks)."""
@@ -316,7 +316,7 @@ class Transformer(nn.Module):
         m = self.mtp
         e = self.model.embed_tokens(next_tokens)
         if ctx is not None and getattr(self, "_fused_mtp", None) is not None:
-            x = torch.cat([_unit_rms(hidden, self._rms_floor), _unit_rms(e, self._rms_floor)], -1) @ self._eh
+            x = self._eh(torch.cat([_unit_rms(hidden, self._rms_floor), _unit_rms(e, self._rms_floor)], -1))
             cos, sin = self._rope_cached(pos)
             return self._layer_cached(self._fused_mtp, x, cos, sin, ctx, self.cfg.n_layers), None
         x = m.eh_proj(torch.cat([m.hnorm(hidden), m.enorm(e)], dim=-1))
@@ -329,7 +329,7 @@ class Transformer(nn.Module):
 
     def mtp_logits_cached(self, mtp_hidden: torch.Tensor) -> torch.Tensor:
         """mtp_logits() with the packed head of fuse(): the inference path."""
-        return _unit_rms(mtp_hidden, self._rms_floor) @ self._mtp_head
+        return self._mtp_head(_unit_rms(mtp_hidden, self._rms_floor))
 
     def num_parameters(self, include_mtp: bool = True) -> int:
         """Parameter count, with or without the MTP module."""

@@ -1,0 +1,109 @@
+"""Which CPU kernel multiplies the embedded model's projections faster, by row count: MKL (x @ w) or oneDNN.
+
+A decode step multiplies one row per sequence by each projection; a verify of k drafts k + 1 rows.
+This times both kernels on every projection shape of the embedded model (and on all 24 of a
+step's products in turn, the weights then streaming from the last-level cache as in a step), in
+alternating windows of one torch thread, the minimum window of each. `met.model.packed` sends a
+product to oneDNN from ONEDNN_MIN_MACS multiply-adds up; the last column says which kernel that
+rule picks, so a row where it picks the slower one shows where the threshold is off on this box.
+
+    python3 benchmarks/studies/gemm_kernels.py [--rows 1,2,3,4,5,8,16,80]
+    # writes benchmarks/studies/results/gemm_kernels.md (training or other work on the box inflates oneDNN's
+    # fixed cost per call most: run it on a quiet box)
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from met.engine.identity import box_class, device_name
+from met.model import packed
+from met.model.packed import ONEDNN_MIN_MACS, PackedWeight, onednn_usable
+from met.model.recipes import embedded
+
+OUT = Path(__file__).parent / "results" / "gemm_kernels.md"
+
+
+def _window(f, calls: int) -> float:
+    f()
+    start = time.thread_time()
+    for _ in range(calls):
+        f()
+    return (time.thread_time() - start) / calls
+
+
+def _best(fs: dict, calls: int, repeats: int) -> dict:
+    """The minimum window of each callable, windows alternating between them."""
+    best = dict.fromkeys(fs, float("inf"))
+    for _ in range(repeats):
+        for name, f in fs.items():
+            best[name] = min(best[name], _window(f, calls))
+    return best
+
+
+def _kernels(run):
+    """run() with MKL for every product, with oneDNN for every product, and with each product's kernel by the rule."""
+    def at(threshold):
+        def f():
+            packed.ONEDNN_MIN_MACS = threshold
+            run()
+        return f
+    return {"mkl": at(1 << 62), "onednn": at(0), "rule": at(ONEDNN_MIN_MACS)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", default="1,2,3,4,5,8,16,80")
+    ap.add_argument("--repeats", type=int, default=9)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    if not onednn_usable(torch.zeros(1)):
+        sys.exit("this torch has no oneDNN: nothing to compare")
+    model = embedded().load()
+    model.fuse()
+    layer = model._fused[0]
+    weights = {"q/k/v": layer.wqkv, "output": layer.wo, "gate/up": layer.w13, "down": layer.w2, "head": model._head}
+    rows = [int(r) for r in args.rows.split(",")]
+    lines = ["| product | rows | MKL us | oneDNN us | oneDNN / MKL | the rule picks |", "|---|---:|---:|---:|---:|---|"]
+    totals = ["| rows | MKL us | oneDNN us | by the rule us | the rule / MKL |", "|---:|---:|---:|---:|---:|"]
+    step = [w for f in model._fused for w in (f.wqkv, f.wo, f.w13, f.w2)]
+    for m in rows:
+        for name, w in weights.items():
+            x = torch.randn(m, w.shape[0])
+            t = _best(_kernels(lambda w=w, x=x: w(x)), calls=200, repeats=args.repeats)
+            pick = "oneDNN" if m * w.shape[0] * w.shape[1] >= ONEDNN_MIN_MACS else "MKL"
+            lines.append(f"| {name} [{w.shape[0]}, {w.shape[1]}] | {m} | {t['mkl'] * 1e6:.1f} | "
+                         f"{t['onednn'] * 1e6:.1f} | {t['onednn'] / t['mkl']:.2f} | {pick} |")
+        xs = {d: torch.randn(m, d) for d in {w.shape[0] for w in step}}
+        t = _best(_kernels(lambda xs=xs: [w(xs[w.shape[0]]) for w in step]), calls=20, repeats=args.repeats)
+        totals.append(f"| {m} | {t['mkl'] * 1e6:.0f} | {t['onednn'] * 1e6:.0f} | {t['rule'] * 1e6:.0f} | "
+                      f"{t['rule'] / t['mkl']:.2f} |")
+        print(totals[-1], flush=True)
+    packed.ONEDNN_MIN_MACS = ONEDNN_MIN_MACS
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text("\n".join([
+        "# MKL or oneDNN for the embedded model's projections, by rows",
+        "",
+        f"`python3 benchmarks/studies/gemm_kernels.py --rows {args.rows} --repeats {args.repeats}` on "
+        f"`{box_class('cpu', threads=1)}` ({device_name('cpu')}), "
+        f"torch {torch.__version__}, one thread: the minimum of {args.repeats} alternating windows, hot caches "
+        "except the step's 24 products (their weights stream from the last-level cache as in a step). "
+        f"The rule: oneDNN from {ONEDNN_MIN_MACS} multiply-adds (rows x in x out).",
+        "",
+        "A step's 24 products (6 layers x 4 projections) in turn:",
+        "",
+        *totals,
+        "",
+        "Each product alone:",
+        "",
+        *lines,
+        "",
+    ]))
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""Projection weights packed for the CPU matrix kernel that serves each product size best.
+
+torch multiplies float32 matrices on the CPU with MKL, which takes its fast paths on Intel
+processors only: on an AMD EPYC with AVX-512 a [5, 192] @ [192, 1024] product (a verify of four
+drafts) ran at a fifth of the rate oneDNN reached on the same core, while MKL stayed the faster
+of the two for single rows (a decode step), where oneDNN's fixed cost per call dominates.
+`benchmarks/studies/gemm_kernels.py` times both kernels per shape. A `PackedWeight` keeps the
+weight as MKL reads it and, where oneDNN can run it (a float32 CPU weight), in oneDNN's blocked
+layout too, and sends each product to the kernel that is faster for its size: oneDNN from
+ONEDNN_MIN_MACS multiply-adds up. Float64, half precision and GPU weights always take `x @ w`.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+# Multiply-adds of one product (rows x in x out) from which oneDNN is faster than MKL here:
+# on the AMD EPYC box class, the q/k/v projection of the embedded model from 5 rows, its gate/up
+# projection from 3, down from 6, the output projection and the head from 11 to 15.
+ONEDNN_MIN_MACS = 1 << 19
+
+
+def onednn_usable(weight: torch.Tensor) -> bool:
+    """Whether oneDNN can multiply by this weight here: a float32 CPU tensor and a torch built with it."""
+    return (weight.device.type == "cpu" and weight.dtype == torch.float32 and torch.backends.mkldnn.is_available()
+            and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+
+
+def _onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x [rows, in] times a weight in oneDNN's layout (+ bias): the kernel torch.compile's freezing pass uses."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+@dataclass
+class PackedWeight:
+    """One projection's weight: [in, out] for `x @ w`, and oneDNN's layout of it where oneDNN runs."""
+
+    dense: torch.Tensor  # [in, out], contiguous
+    onednn: torch.Tensor | None = None  # oneDNN's blocked copy; None: every product takes `x @ dense`
+    bias: torch.Tensor | None = None  # [out]
+
+    @classmethod
+    def of(cls, weight: torch.Tensor, bias: torch.Tensor | None = None) -> "PackedWeight":
+        """Pack an [in, out] weight (and its bias), with oneDNN's copy where oneDNN can run it."""
+        dense = weight.detach().contiguous()
+        onednn = None
+        if onednn_usable(dense):
+            # The layout oneDNN picks for a batch of 16 rows served every row count from 2 to 80 as well as its own.
+            onednn = torch.ops.mkldnn._reorder_linear_weight(dense.t().contiguous(), 16)
+        return cls(dense, onednn, bias.detach() if bias is not None else None)
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.dense.shape
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., in] @ w (+ bias) -> [..., out], by the faster kernel for this many rows."""
+        d_in, d_out = self.dense.shape
+        rows = x.numel() // d_in
+        if self.onednn is not None and rows * d_in * d_out >= ONEDNN_MIN_MACS and x.dtype == torch.float32:
+            return _onednn_linear(x.reshape(rows, d_in), self.onednn, self.bias).view(*x.shape[:-1], d_out)
+        y = x @ self.dense
+        return y if self.bias is None else y + self.bias
