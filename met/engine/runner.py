@@ -114,6 +114,12 @@ class _Seq:
 Replan = Callable[[int, list[Draft]], int]  # (drafts made so far per row, every row's drafts) -> depth to draft to
 
 
+def _top1(logits: torch.Tensor) -> tuple[list, list]:
+    """The likeliest token of each row of logits [..., V] and its log-probability: its logit less the row's logsumexp."""
+    top = logits.max(-1)
+    return top.indices.tolist(), (top.values - logits.logsumexp(-1)).tolist()
+
+
 def _truncate(draft: Draft, k: int) -> None:
     """Keep a draft's first k tokens (and their confidences and distributions)."""
     del draft.tokens[k:], draft.confidences[k:]
@@ -304,10 +310,7 @@ class ModelRunner:
         idx = list(range(len(active)))  # rows of h still drafting
         for j in range(1, max(depths) + 1):
             logits = self.model.mtp_logits_cached(h)  # [B', V]
-            logp = torch.log_softmax(logits.double(), -1)
-            top = logp.max(-1)
-            tok_list = top.indices.tolist()
-            conf_list = top.values.tolist()
+            tok_list, conf_list = _top1(logits)
             for b, row in enumerate(idx):
                 d = drafts[active[row]]
                 seq = seqs[row]
@@ -369,8 +372,7 @@ class ModelRunner:
         h = torch.stack([s.last_h for s in seqs])  # [B, dim]
         tok = torch.tensor([s.pending for s in seqs], device=self.device)  # [B]
         logits = self.dflash(self.model, h, tok)  # [B, block, V]
-        top = torch.log_softmax(logits.double(), -1).max(-1)
-        tok_rows, conf_rows = top.indices.tolist(), top.values.tolist()
+        tok_rows, conf_rows = _top1(logits)
         for b, (i, seq) in enumerate(zip(active, seqs)):
             g, d = gammas[i], drafts[i]
             d.confidences = conf_rows[b][:g]

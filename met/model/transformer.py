@@ -252,7 +252,8 @@ class Transformer(nn.Module):
         half = self.cfg.head_dim // 2
         sin = self.rope_sin.clone()
         sin[:, :half] = -sin[:, :half]  # rotate_half(x) * sin == roll(x, half) * signed sin
-        self._rope_signed_sin = sin
+        # in the weights' dtype once, not per step
+        self._rope_cached_tables = self.rope_cos.to(p.dtype), sin.to(p.dtype)
 
     def _layer_cached(self, f: _Fused, x: torch.Tensor, cos, sin, ctx: CacheContext, index: int) -> torch.Tensor:
         """One decoder layer over cached context with packed weights: same maths as DecoderLayer."""
@@ -271,8 +272,8 @@ class Transformer(nn.Module):
         return x + f.w2(F.silu(gate) * up)
 
     def _rope_cached(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        dtype = self.lm_head.weight.dtype
-        return self.rope_cos[pos][:, :, None].to(dtype), self._rope_signed_sin[pos][:, :, None].to(dtype)
+        cos, signed_sin = self._rope_cached_tables
+        return cos[pos][:, :, None], signed_sin[pos][:, :, None]
 
     def _rope(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         dtype = self.lm_head.weight.dtype
