@@ -73,8 +73,22 @@ def test_special_tokens_carry_no_text():
 def test_several_stops_any_chunking_give_the_text_before_the_first(tokens, stops, step):
     # overlapping stops, multi-byte characters split across feeds: the one-shot decode cut at the first stop
     full = decode(tokens)
-    cut = min((full.find(s) for s in stops if s in full), default=len(full))
-    assert _run(TextStream(tuple(stops)), tokens, step) == full[:cut]
+    assert _run(TextStream(tuple(stops)), tokens, step) == full[: _first_stop(full, stops)]
+
+
+def _first_stop(text: str, stops: list[str]) -> int:
+    """Where generation stops: at the first character that completes a stop string, the text is cut before the
+    earliest-starting stop string in it by then."""
+    for end in range(1, len(text) + 1):
+        if starts := [text[:end].find(s) for s in stops if s in text[:end]]:
+            return min(starts)
+    return len(text)
+
+
+def test_a_stop_inside_a_longer_one_ends_the_text_where_it_completes():
+    # "b" completes before "abc" could: generation stops at "b", whichever way the tokens arrive
+    for step in (1, 5):
+        assert _run(TextStream(("abc", "b")), encode("xabcx"), step) == "xa"
 
 
 class _Counted(str):
