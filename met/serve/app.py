@@ -62,10 +62,14 @@ class Service:
     model_names: tuple[str, ...]  # the first is the id /v1/models lists; the rest are accepted aliases
     keys: KeyRing = field(default_factory=lambda: KeyRing({}))
     created: int = field(default_factory=lambda: int(time.time()))
-    tokenizer: Tokenizer = BYTES  # encodes text prompts; the scheduler's, which decodes the completions
+    tokenizer: Tokenizer | None = None  # encodes text prompts; None: the scheduler's, which decodes the completions
     open: dict[str, LoopSink] = field(default_factory=dict)  # requests in flight (queued or running) by id
     chat: ChatTemplate | None = EMBEDDED  # renders chat messages; None: the model has none (chat is a 400)
     max_in_flight: int = MAX_IN_FLIGHT
+
+    def __post_init__(self) -> None:
+        if self.tokenizer is None:  # prompts encoded by another tokenizer than the one decoding them would be garbled
+            self.tokenizer = self.scheduler.tokenizer
 
     @classmethod
     def build(cls, model: Transformer, model_id: str, names: tuple[str, ...], policy: PolicyConfig,
@@ -80,7 +84,7 @@ class Service:
         num_drafts = model.cfg.mtp_depth if model.mtp is not None else 0
         built = build_policy(policy, num_drafts, cost_state, dflash_block=dflash.block if dflash is not None else None)
         scheduler = Scheduler(runner, built, model_id, tokenizer=tokenizer)
-        return cls(scheduler, names, keys if keys is not None else KeyRing({}), tokenizer=tokenizer, chat=chat)
+        return cls(scheduler, names, keys if keys is not None else KeyRing({}), chat=chat)
 
     def check_model(self, name: str | None) -> None:
         """ApiError 404 unless the name is one this server answers to (None: the served model)."""
