@@ -20,8 +20,7 @@ from pathlib import Path
 import torch
 
 from met.engine.identity import box_class, device_name
-from met.model import packed
-from met.model.packed import ONEDNN_MIN_MACS, PackedWeight, onednn_usable
+from met.model.packed import ONEDNN_MIN_MACS, ONEDNN_ONLY, PackedWeight, _onednn_linear, onednn_usable
 from met.model.recipes import embedded
 
 OUT = Path(__file__).parent / "results" / "gemm_kernels.md"
@@ -44,14 +43,9 @@ def _best(fs: dict, calls: int, repeats: int) -> dict:
     return best
 
 
-def _kernels(run):
-    """run() with MKL for every product, with oneDNN for every product, and with each product's kernel by the rule."""
-    def at(threshold):
-        def f():
-            packed.ONEDNN_MIN_MACS = threshold
-            run()
-        return f
-    return {"mkl": at(1 << 62), "onednn": at(0), "rule": at(ONEDNN_MIN_MACS)}
+def _kernels(w: PackedWeight, x: torch.Tensor) -> dict:
+    """The product x @ w by MKL, by oneDNN, and by the kernel met.model.packed's rule picks."""
+    return {"mkl": lambda: x @ w.dense, "onednn": lambda: _onednn_linear(x, w.onednn, w.bias), "rule": lambda: w(x)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -73,16 +67,27 @@ def main(argv: list[str] | None = None) -> None:
     for m in rows:
         for name, w in weights.items():
             x = torch.randn(m, w.shape[0])
-            t = _best(_kernels(lambda w=w, x=x: w(x)), calls=200, repeats=args.repeats)
-            pick = "oneDNN" if m * w.shape[0] * w.shape[1] >= ONEDNN_MIN_MACS else "MKL"
+            t = _best(_kernels(w, x), calls=200, repeats=args.repeats)
+            pick = "oneDNN" if w.uses_onednn(m) else "MKL"
             lines.append(f"| {name} [{w.shape[0]}, {w.shape[1]}] | {m} | {t['mkl'] * 1e6:.1f} | "
                          f"{t['onednn'] * 1e6:.1f} | {t['onednn'] / t['mkl']:.2f} | {pick} |")
         xs = {d: torch.randn(m, d) for d in {w.shape[0] for w in step}}
-        t = _best(_kernels(lambda xs=xs: [w(xs[w.shape[0]]) for w in step]), calls=20, repeats=args.repeats)
+        kernels = [_kernels(w, xs[w.shape[0]]) for w in step]
+        t = _best({name: lambda name=name: [k[name]() for k in kernels] for name in ("mkl", "onednn", "rule")},
+                  calls=20, repeats=args.repeats)
         totals.append(f"| {m} | {t['mkl'] * 1e6:.0f} | {t['onednn'] * 1e6:.0f} | {t['rule'] * 1e6:.0f} | "
                       f"{t['rule'] / t['mkl']:.2f} |")
         print(totals[-1], flush=True)
-    packed.ONEDNN_MIN_MACS = ONEDNN_MIN_MACS
+    big = ["| product | rows | MKL us | oneDNN us | oneDNN / MKL | the rule picks |", "|---|---:|---:|---:|---:|---|"]
+    for d_in, d_out in ((896, 1152), (896, 4864), (4864, 896), (2048, 8192)):  # a 0.5B and a 1B checkpoint's
+        weight = torch.randn(d_in, d_out)
+        w, full = PackedWeight.of(weight), PackedWeight(weight.shape, weight, PackedWeight.of(weight).onednn)
+        for m in (1, 5):
+            x = torch.randn(m, d_in)
+            t = _best(_kernels(full, x), calls=20, repeats=args.repeats)
+            big.append(f"| [{d_in}, {d_out}] | {m} | {t['mkl'] * 1e6:.0f} | {t['onednn'] * 1e6:.0f} | "
+                       f"{t['onednn'] / t['mkl']:.2f} | {'oneDNN' if w.uses_onednn(m) else 'MKL'} |")
+        print(big[-1], flush=True)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text("\n".join([
         "# MKL or oneDNN for the embedded model's projections, by rows",
@@ -100,6 +105,11 @@ def main(argv: list[str] | None = None) -> None:
         "Each product alone:",
         "",
         *lines,
+        "",
+        f"Checkpoint-sized products (a weight of {ONEDNN_ONLY} elements or more goes to oneDNN at every row count, "
+        "and its [in, out] copy is not kept):",
+        "",
+        *big,
         "",
     ]))
     print(f"wrote {OUT}")

@@ -7,17 +7,22 @@ of the two for single rows (a decode step), where oneDNN's fixed cost per call d
 `benchmarks/studies/gemm_kernels.py` times both kernels per shape. A `PackedWeight` keeps the
 weight as MKL reads it and, where oneDNN can run it (a float32 CPU weight), in oneDNN's blocked
 layout too, and sends each product to the kernel that is faster for its size: oneDNN from
-ONEDNN_MIN_MACS multiply-adds up. Float64, half precision and GPU weights always take `x @ w`.
+ONEDNN_MIN_MACS multiply-adds up, and for a large weight at every size. Float64, half precision and
+GPU weights always take `x @ w`.
 """
 
 from dataclasses import dataclass
 
 import torch
 
-# Multiply-adds of one product (rows x in x out) from which oneDNN is faster than MKL here:
-# on the AMD EPYC box class, the q/k/v projection of the embedded model from 5 rows, its gate/up
-# projection from 3, down from 6, the output projection and the head from 11 to 15.
+# Multiply-adds of one product of two rows or more (rows x in x out) from which oneDNN is faster
+# than MKL here: on the AMD EPYC box class, the q/k/v projection of the embedded model from 5 rows,
+# its gate/up projection from 3, down from 6, the output projection and the head from 11 to 15.
 ONEDNN_MIN_MACS = 1 << 19
+# A weight of at least this many elements (in x out) is multiplied by oneDNN at every row count, a
+# single row included (a [896, 4864] projection: 299 us against MKL's 448), and its [in, out] copy
+# is not kept: a checkpoint's large matrices are held once, not twice.
+ONEDNN_ONLY = 1 << 22
 
 
 def onednn_usable(weight: torch.Tensor) -> bool:
@@ -35,7 +40,8 @@ def _onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
 class PackedWeight:
     """One projection's weight: [in, out] for `x @ w`, and oneDNN's layout of it where oneDNN runs."""
 
-    dense: torch.Tensor  # [in, out], contiguous
+    shape: torch.Size  # [in, out]
+    dense: torch.Tensor | None  # [in, out], contiguous; None: a weight oneDNN multiplies at every row count
     onednn: torch.Tensor | None = None  # oneDNN's blocked copy; None: every product takes `x @ dense`
     bias: torch.Tensor | None = None  # [out]
 
@@ -47,17 +53,20 @@ class PackedWeight:
         if onednn_usable(dense):
             # The layout oneDNN picks for a batch of 16 rows served every row count from 2 to 80 as well as its own.
             onednn = torch.ops.mkldnn._reorder_linear_weight(dense.t().contiguous(), 16)
-        return cls(dense, onednn, bias.detach() if bias is not None else None)
+            if dense.numel() >= ONEDNN_ONLY:
+                dense = None
+        return cls(weight.shape, dense, onednn, bias.detach() if bias is not None else None)
 
-    @property
-    def shape(self) -> torch.Size:
-        return self.dense.shape
+    def uses_onednn(self, rows: int) -> bool:
+        """Whether a product of this many rows goes to oneDNN."""
+        d_in, d_out = self.shape
+        return self.dense is None or (self.onednn is not None and rows > 1 and rows * d_in * d_out >= ONEDNN_MIN_MACS)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., in] @ w (+ bias) -> [..., out], by the faster kernel for this many rows."""
-        d_in, d_out = self.dense.shape
+        d_in, d_out = self.shape
         rows = x.numel() // d_in
-        if self.onednn is not None and rows * d_in * d_out >= ONEDNN_MIN_MACS and x.dtype == torch.float32:
+        if self.uses_onednn(rows):
             return _onednn_linear(x.reshape(rows, d_in), self.onednn, self.bias).view(*x.shape[:-1], d_out)
         y = x @ self.dense
         return y if self.bias is None else y + self.bias

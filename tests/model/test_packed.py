@@ -46,3 +46,20 @@ def test_other_dtypes_keep_no_onednn_copy_and_multiply_as_torch_does(dtype):
     assert p.onednn is None
     x = torch.randn(16, 192, dtype=dtype)
     assert torch.equal(p(x), x @ w)
+
+
+@needs_onednn
+def test_a_large_weight_is_held_once_and_multiplied_by_onednn_at_every_row_count():
+    w = torch.randn(1024, 4096) / 32  # ONEDNN_ONLY elements
+    p = PackedWeight.of(w)
+    assert p.dense is None and p.shape == (1024, 4096)
+    for rows in (1, 3):
+        assert p.uses_onednn(rows)
+        x = torch.randn(rows, 1024)
+        torch.testing.assert_close(p(x).double(), x.double() @ w.double(), rtol=1e-5, atol=1e-4)
+
+
+@needs_onednn
+def test_a_single_row_of_a_smaller_weight_goes_to_mkl():
+    p = PackedWeight.of(torch.randn(896, 1152))  # past ONEDNN_MIN_MACS at one row, below ONEDNN_ONLY
+    assert p.dense is not None and not p.uses_onednn(1) and p.uses_onednn(2)
