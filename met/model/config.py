@@ -18,12 +18,13 @@ class ModelConfig:
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
     mtp_depth: int = 4  # recursive MTP drafts the module is trained and used for
-    # Checkpoint-folder models (Llama, Qwen2); the defaults are the embedded recipe's layout, and
+    # Checkpoint-folder models (Llama, Mistral, Qwen2, Qwen3); the defaults are the embedded recipe's layout, and
     # a field at its default is left out of `identity()`, so plan digests of old configs do not move.
     head_size: int = 0  # width of one attention head; 0: dim // n_heads (HF's head_dim may differ)
     attention_bias: bool = False  # q, k and v projections carry biases (Qwen2; Llama's attention_bias)
     output_bias: bool = False  # o_proj carries a bias (Llama's attention_bias)
     tie_word_embeddings: bool = False  # lm_head is embed_tokens' matrix (Qwen2 small sizes)
+    qk_norm: bool = False  # each head's q and k RMS-normed (own weights, norm_eps) before RoPE (Qwen3)
 
     def __post_init__(self) -> None:
         for name in ("n_heads", "n_kv_heads"):
@@ -78,4 +79,5 @@ PRESETS: dict[str, ModelConfig] = {
 }
 
 # Fields added after tables were first measured, with their defaults (see ModelConfig.identity).
-_LATER_DEFAULTS = {"head_size": 0, "attention_bias": False, "output_bias": False, "tie_word_embeddings": False}
+_LATER_DEFAULTS = {"head_size": 0, "attention_bias": False, "output_bias": False, "tie_word_embeddings": False,
+                   "qk_norm": False}

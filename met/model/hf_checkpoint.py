@@ -19,6 +19,7 @@ from met.model.transformer import Transformer, rope_table
 INDEX = "model.safetensors.index.json"
 _IGNORED = re.compile(r".*rotary_emb\.inv_freq$")  # a buffer older checkpoints saved; met recomputes it
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+_LATER_RECIPE_DEFAULTS = {"qk_norm": False}  # ModelConfig fields added after folder recipes were first digested
 
 
 def weight_files(folder: Path) -> list[Path]:
@@ -68,8 +69,13 @@ def recipe_digest(weights_digest: str, config: ModelConfig) -> str:
     The config is met's reading of config.json (shape, RoPE, norms, tie), so editing a field that
     changes what the weights compute (rope_theta, say) changes the recipe, and a calibration fitted
     on the model before is refused; a field met does not read (transformers_version) changes nothing.
+    A field added after folders were first named is left out at its default, so their recipes stand.
     """
-    text = json.dumps(dataclasses.asdict(config), sort_keys=True)
+    doc = dataclasses.asdict(config)
+    for name, default in _LATER_RECIPE_DEFAULTS.items():
+        if doc[name] == default:
+            del doc[name]
+    text = json.dumps(doc, sort_keys=True)
     return hashlib.sha256(f"{weights_digest}\0{text}".encode()).hexdigest()[:16]
 
 

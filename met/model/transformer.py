@@ -1,4 +1,4 @@
-"""The Llama-architecture transformer (weights compatible with HF Llama and Qwen2 ForCausalLM) and its MTP module."""
+"""The Llama-architecture transformer (weights of HF Llama, Mistral, Qwen2 and Qwen3 ForCausalLM) and its MTP module."""
 
 from dataclasses import dataclass
 
@@ -93,6 +93,9 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.attention_bias)
         self.v_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.attention_bias)
         self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=cfg.output_bias)
+        # Qwen3: each head's q and k vector RMS-normed over head_dim before RoPE, one weight for q, one for k
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
 
     def forward(self, x, cos, sin, layer: int, ctx: CacheContext | None = None, prior=None):
         """Attention over x ([B, T, dim]).
@@ -103,8 +106,11 @@ class Attention(nn.Module):
         Returns (output, (k, v)) with k, v: [B, T, n_kv_heads, head_dim] after RoPE.
         """
         B, T, _ = x.shape
-        q = apply_rope(self.q_proj(x).view(B, T, self.n_heads, self.head_dim), cos, sin)
-        k = apply_rope(self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim), cos, sin)
+        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)
+        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
         gqa = self.n_heads != self.n_kv_heads
         if ctx is not None:
@@ -189,6 +195,9 @@ class _Fused:
     w13: PackedWeight  # [dim, 2 * ffn]: gate and up projections side by side, post-attention norm folded in
     wo: PackedWeight  # [H * head_dim, dim]
     w2: PackedWeight  # [ffn, dim]
+    # [H + Hkv, head_dim]: q_norm's weight on each q head, k_norm's on each k head, times sqrt(head_dim) (the factor
+    # `_unit_rms` leaves out); None: no q/k norm (Llama, Qwen2)
+    qk_scale: torch.Tensor | None = None
 
 
 def _pack(weight: torch.Tensor, norm: RMSNorm | None = None, bias: torch.Tensor | None = None) -> PackedWeight:
@@ -214,15 +223,19 @@ def _unit_rms(x: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
 def _fuse_layer(layer: "DecoderLayer") -> _Fused:
     a, m = layer.self_attn, layer.mlp
     qkv_bias = torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]) if a.q_proj.bias is not None else None
+    qk_scale = None
+    if a.q_norm is not None:
+        qk_scale = torch.cat([a.q_norm.weight.expand(a.n_heads, -1), a.k_norm.weight.expand(a.n_kv_heads, -1)])
+        qk_scale = (qk_scale * a.head_dim ** 0.5).detach()
     return _Fused(
         _pack(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]), layer.input_layernorm, qkv_bias),
         _pack(torch.cat([m.gate_proj.weight, m.up_proj.weight]), layer.post_attention_layernorm),
-        _pack(a.o_proj.weight, bias=a.o_proj.bias), _pack(m.down_proj.weight),
+        _pack(a.o_proj.weight, bias=a.o_proj.bias), _pack(m.down_proj.weight), qk_scale,
     )
 
 
 class Transformer(nn.Module):
-    """Llama-architecture decoder; state-dict names match HF LlamaForCausalLM (Qwen2 with biases) plus `mtp.*`."""
+    """Llama-architecture decoder; HF LlamaForCausalLM's state-dict names (Qwen2: biases, Qwen3: q/k norms), `mtp.*`."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -249,6 +262,7 @@ class Transformer(nn.Module):
                                         m.eh_proj.weight[:, d:] * (m.enorm.weight * d ** 0.5)], 1))
         p = self.lm_head.weight
         self._rms_floor = torch.tensor((self.cfg.norm_eps * self.cfg.dim) ** 0.5, dtype=p.dtype, device=p.device)
+        self._qk_floor = torch.tensor((self.cfg.norm_eps * self.cfg.head_dim) ** 0.5, dtype=p.dtype, device=p.device)
         half = self.cfg.head_dim // 2
         sin = self.rope_sin.clone()
         sin[:, :half] = -sin[:, :half]  # rotate_half(x) * sin == roll(x, half) * signed sin
@@ -262,7 +276,9 @@ class Transformer(nn.Module):
         H, Hkv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         qkv = f.wqkv(_unit_rms(x, self._rms_floor)).view(B, T, H + 2 * Hkv, hd)
         qk = qkv[:, :, : H + Hkv]
-        torch.addcmul(qk * cos, qk.roll(hd // 2, -1), sin, out=qk)  # RoPE on q and k at once, in place
+        # Qwen3 normalises each q and k head first (into a new tensor: the RoPE below writes over qk)
+        src = qk if f.qk_scale is None else _unit_rms(qk, self._qk_floor) * f.qk_scale
+        torch.addcmul(src * cos, src.roll(hd // 2, -1), sin, out=qk)  # RoPE on q and k at once, in place
         ctx.cache.write(index, ctx.rows, ctx.write_pos, qkv[:, :, H:])  # roped keys, then values
         q = qkv[:, :, :H]
         keys, values = ctx.cache.read(index, ctx.slots, ctx.upto, ctx.first)
