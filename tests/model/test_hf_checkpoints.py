@@ -1,14 +1,19 @@
-"""Checkpoint folders saved by transformers (tiny random Llama and Qwen2): met's logits equal theirs; refusals name why."""
+"""Checkpoint folders saved by transformers (tiny random Llama, Qwen2, Qwen3, Mistral): met's logits equal theirs;
+refusals name why."""
 
 import copy
 import json
 
 import pytest
 import torch
+from typer.testing import CliRunner
 
 from checkpoint_helpers import checkpoint, hf_greedy
+from random_models import hf_checkpoint
+from met.cli import app
 from met.engine.generate import generate
-from met.engine.runner import ModelRunner
+from met.engine.runner import Draft, ModelRunner, Sampling
+from met.exit_codes import EX_DATAERR
 from met.model.recipes import hf_recipe
 from met.model.hf_config import CheckpointError
 from met.model.recipes import RecipeError
@@ -21,6 +26,9 @@ FAMILIES = {
     "qwen2-tied-bias": dict(family="qwen2"),  # q/k/v biases, lm_head tied to embed_tokens
     "llama-headdim-bias": dict(family="llama", head_dim=16, attention_bias=True),  # 4 x 16 != 48; o_proj bias too
     "llama-sharded": dict(family="llama", shard="20KB"),  # model.safetensors.index.json + shards
+    "qwen3-headdim": dict(family="qwen3", head_dim=16),  # q/k norms before RoPE; 4 x 16 != 48; untied
+    "qwen3-tied-narrow": dict(family="qwen3", head_dim=8, tie_word_embeddings=True),  # 4 x 8 < 48, tied
+    "mistral": dict(family="mistral", sliding_window=None),  # Llama's layout under another name
 }
 
 
@@ -28,7 +36,7 @@ FAMILIES = {
 def saved(request, tmp_path_factory):
     """(folder, transformers model in float64) for each family."""
     folder = tmp_path_factory.mktemp("ckpt") / f"tiny-{request.param}"
-    return folder, checkpoint(folder, **FAMILIES[request.param])
+    return folder, hf_checkpoint(folder, **FAMILIES[request.param])
 
 
 def test_logits_match_transformers_float32(saved):
@@ -49,6 +57,42 @@ def test_cached_greedy_decoding_equals_transformers_generate(saved):
     assert out.tokens == hf_greedy(hf, prompt, 16)
 
 
+def test_cached_path_logits_match_transformers_float32(saved):
+    # the runner's packed, cached path scores every position as transformers scores the whole sequence, within
+    # 1e-4 in float32: prefill, three plain decode steps, then a verify of three drafts
+    folder, hf = saved
+    model = load_source(str(folder), torch.float32).model
+    runner, seen = ModelRunner(model, 1), []
+
+    def spy(hidden):  # every logits row the runner computes, in order
+        seen.append(out := type(model).logits_cached(model, hidden))
+        return out
+
+    model.logits_cached = spy
+    prompt, drafts = [5, 17, 42, 99, 7], [11, 12, 13]
+    tokens = prompt + runner.prefill([0], [prompt], [Sampling()])  # seen[0]: [1, V], the prompt's last position
+    for _ in range(3):
+        tokens += runner.verify([0], [Draft([], [])])[0].tokens  # seen[1..3]: [1, 1, V]
+    runner.verify([0], [Draft(drafts, [0.0] * 3)])  # seen[4]: [1, 4, V], the last token's position and the drafts'
+    got = torch.cat([seen[0], *(s[0] for s in seen[1:])])  # [8, V]: positions len(prompt) - 1 on
+    with torch.no_grad():
+        want = copy.deepcopy(hf).float()(torch.tensor([tokens + drafts])).logits[0, len(prompt) - 1:]
+    assert got.shape == want.shape == (8, model.cfg.vocab_size)
+    assert torch.allclose(got, want, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("spec", ["prompt-lookup", "ngram"])
+def test_copy_speculation_is_token_identical_to_plain_decoding(saved, spec):
+    # no MTP module: drafts are copies from the history, verified by the model; float64 greedy text is plain
+    # decoding's, and some copies are proposed
+    folder, _ = saved
+    src = load_source(str(folder), torch.float64)
+    prompt = src.tokenizer.encode("def add(a, b):\n    return a + b\n" * 3)
+    (plain,) = generate(ModelRunner(src.model, 1), [prompt], 32, "off", eos_ids=src.tokenizer.eos_ids)
+    (spec_out,) = generate(ModelRunner(src.model, 1), [prompt], 32, spec, depth=4, eos_ids=src.tokenizer.eos_ids)
+    assert spec_out.tokens == plain.tokens and spec_out.stats.proposed > 0
+
+
 def test_config_and_tokenizer_come_from_the_folder(saved):
     # vocab, GQA heads, biases and tying as config.json says; EOS from generation_config.json; no MTP module
     folder, hf = saved
@@ -56,7 +100,7 @@ def test_config_and_tokenizer_come_from_the_folder(saved):
     cfg, c = src.model.cfg, hf.config
     assert (cfg.vocab_size, cfg.n_heads, cfg.n_kv_heads, cfg.mtp_depth) == (c.vocab_size, 4, 2, 0)
     assert cfg.head_dim == getattr(c, "head_dim", 12) and src.model.mtp is None
-    assert cfg.tie_word_embeddings == c.tie_word_embeddings
+    assert cfg.tie_word_embeddings == c.tie_word_embeddings and cfg.qk_norm == (c.model_type == "qwen3")
     if cfg.tie_word_embeddings:
         assert src.model.lm_head.weight is src.model.model.embed_tokens.weight
     assert src.tokenizer.eos_ids == {1} and src.tokenizer.name.startswith("hf-")
@@ -102,8 +146,10 @@ def _edit_config(folder, **changes):
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"architectures": ["MistralForCausalLM"]},
-     "architecture MistralForCausalLM is not supported (met loads LlamaForCausalLM, Qwen2ForCausalLM)"),
+    ({"architectures": ["GemmaForCausalLM"]},
+     "architecture GemmaForCausalLM is not supported (met loads LlamaForCausalLM, MistralForCausalLM, "
+     "Qwen2ForCausalLM, Qwen3ForCausalLM)"),
+    ({"architectures": ["Qwen3MoeForCausalLM"]}, "architecture Qwen3MoeForCausalLM is not supported"),
     ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0}},
      "rope scaling type 'llama3' is not supported"),
     ({"rope_parameters": None, "rope_scaling": {"type": "yarn", "factor": 4.0}}, "rope scaling type 'yarn'"),
@@ -120,6 +166,34 @@ def test_unsupported_checkpoints_are_refused_by_name(tmp_path, changes, message)
     with pytest.raises(CheckpointError) as err:
         resolve(str(tmp_path / "m"))
     assert message in str(err.value)
+
+
+def test_a_mistral_window_within_the_context_exits_65_naming_the_field(tmp_path):
+    # sliding_window 64 under a context of 256: past 64 tokens Mistral masks keys that met attends to; the folder
+    # is unusable (65), and the message says which field and what to do
+    hf_checkpoint(tmp_path / "m", "mistral", sliding_window=64)
+    result = CliRunner().invoke(app, ["generate", "--model", str(tmp_path / "m"), "--prompt", "x"])
+    assert result.exit_code == EX_DATAERR and "Traceback" not in result.output
+    assert "sliding_window 64 is smaller than the context met serves (max_position_embeddings 256)" in result.stderr
+    assert "set max_position_embeddings to 64 or less" in result.stderr
+
+
+def test_a_mistral_window_no_smaller_than_the_context_loads(tmp_path):
+    # a window as long as the context masks nothing: met's full attention is Mistral's
+    hf_checkpoint(tmp_path / "m", "mistral", sliding_window=256)
+    assert _logits_match_transformers(tmp_path / "m")
+
+
+def test_generate_on_a_qwen3_folder_speculates_by_copies(tmp_path):
+    # met generate --spec prompt-lookup on a Qwen3 folder (no MTP module): transformers' greedy text, copies proposed
+    hf = hf_checkpoint(tmp_path / "q3", "qwen3", head_dim=16)
+    tok = tokenizer_for(resolve(str(tmp_path / "q3")))
+    prompt = "def add(a, b):\n    return a + b\n" * 3
+    result = CliRunner().invoke(app, ["generate", "--model", str(tmp_path / "q3"), "--prompt", prompt, "--max-tokens",
+                                      "32", "--dtype", "float64", "--json", "--spec", "prompt-lookup", "--depth", "4"])
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.stdout)
+    assert got["text"] == tok.decode(hf_greedy(hf, tok.encode(prompt), 32)) and got["drafts_proposed"] > 0
 
 
 def test_tensors_that_do_not_fit_the_config_are_refused(tmp_path):

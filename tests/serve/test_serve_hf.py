@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from checkpoint_helpers import checkpoint, hf_greedy
+from random_models import hf_checkpoint
 from met.cli import app
 from met.model.sources import resolve, tokenizer_for
 
@@ -41,11 +42,14 @@ def _wait_healthy(proc: subprocess.Popen, url: str, timeout: float = 90.0) -> No
     raise AssertionError("met serve did not come up")
 
 
-def test_met_serve_model_folder_answers_openai_with_transformers_greedy_text(tmp_path):
-    # a Qwen2 folder (tied, biased), default spec for a model without MTP (prompt-lookup): plain and streamed
-    # answers are transformers' greedy text; token-id prompts above the byte vocabulary are accepted
-    folder = tmp_path / "tiny-qwen2"
-    hf = checkpoint(folder, "qwen2")
+@pytest.mark.parametrize("family, overrides", [("qwen2", {}), ("qwen3", {"head_dim": 16})])
+def test_met_serve_model_folder_answers_openai_with_transformers_greedy_text(tmp_path, family, overrides):
+    # a Qwen2 folder (tied, biased) and a Qwen3 one (q/k norms, heads 16 wide), default spec for a model without
+    # MTP (prompt-lookup): plain and streamed answers are transformers' greedy text; token-id prompts above the
+    # byte vocabulary are accepted
+    name = f"tiny-{family}"
+    folder = tmp_path / name
+    hf = hf_checkpoint(folder, family, **overrides)
     tok = tokenizer_for(resolve(str(folder)))
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
@@ -57,12 +61,12 @@ def test_met_serve_model_folder_answers_openai_with_transformers_greedy_text(tmp
     try:
         _wait_healthy(proc, url)
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
-        assert [m.id for m in client.models.list().data] == ["tiny-qwen2"]
+        assert [m.id for m in client.models.list().data] == [name]
         for prompt in PROMPTS:
             want = tok.decode(hf_greedy(hf, tok.encode(prompt), 24))
-            got = client.completions.create(model="tiny-qwen2", prompt=prompt, max_tokens=24, temperature=0)
+            got = client.completions.create(model=name, prompt=prompt, max_tokens=24, temperature=0)
             assert got.choices[0].text == want
-            chunks = client.completions.create(model="tiny-qwen2", prompt=prompt, max_tokens=24, temperature=0,
+            chunks = client.completions.create(model=name, prompt=prompt, max_tokens=24, temperature=0,
                                                stream=True)
             assert "".join(c.choices[0].text for c in chunks if c.choices) == want
         ids = [300, 301, 5]
