@@ -43,7 +43,7 @@ EX_USAGE = 2  # what click answers a bad option with; the command uses it for ba
 
 RecipeOpt = Annotated[str, typer.Option(
     "--recipe", "--model", parser=nonempty_model,
-    help="Embedded recipe name, or a Hugging Face checkpoint folder (Llama, Qwen2), to measure "
+    help="Embedded recipe name, or a Hugging Face checkpoint folder (Llama, Mistral, Qwen2, Qwen3), to measure "
     "(a model without an MTP module: plain decode cells only, k = 0).")]
 DrafterOpt = Annotated[str, typer.Option(
     "--drafter", help="Whose draft step to time: mtp (the recipe's MTP module) or dflash (its DFlash block drafter, "

@@ -81,7 +81,7 @@ def generate(
                                       help="Sampling seed: the same text under every --spec, depth and --batch.")] = 0,
     model: Annotated[str, typer.Option(
         "--model", "--recipe", parser=nonempty_model,
-        help="Embedded recipe name, or a Hugging Face checkpoint folder (Llama, Qwen2).",
+        help="Embedded recipe name, or a Hugging Face checkpoint folder (Llama, Mistral, Qwen2, Qwen3).",
     )] = DEFAULT_RECIPE,
     max_len: Annotated[int, typer.Option(
         min=0, help="Context per sequence (0: the model's, at most 2048).")] = 0,

@@ -30,7 +30,7 @@ def fail(message: str, code: int) -> typer.Exit:
 def info_cmd(
     recipe: Annotated[str, typer.Option(
         "--model", "--recipe", parser=nonempty_model,
-        help="Embedded recipe name, or a Hugging Face checkpoint folder (Llama, Qwen2).",
+        help="Embedded recipe name, or a Hugging Face checkpoint folder (Llama, Mistral, Qwen2, Qwen3).",
     )] = DEFAULT_RECIPE,
     as_json: Annotated[bool, typer.Option("--json", help="Print the whole card as JSON.")] = False,
 ) -> None:

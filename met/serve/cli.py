@@ -34,7 +34,7 @@ def _fail(code: int, *lines: str) -> typer.Exit:
 def serve(
     model: Annotated[str, typer.Option(
         parser=nonempty_model,
-        help="Embedded recipe name, or a Hugging Face checkpoint folder (Llama, Qwen2) to serve.")] = DEFAULT_RECIPE,
+        help="Embedded recipe name, or a Hugging Face checkpoint folder (Llama, Mistral, Qwen2, Qwen3) to serve.")] = DEFAULT_RECIPE,
     spec: Annotated[str | None, typer.Option(
         help=f"Drafting: {' | '.join(SERVE_SPECS)} (default: mtp if the model has an MTP module, else "
              "prompt-lookup).", show_default=False)] = None,

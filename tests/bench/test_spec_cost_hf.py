@@ -76,7 +76,7 @@ def test_unsupported_folder_exits_65(tmp_path):
     # the architecture is named; no lock or table is made
     checkpoint(tmp_path / "m")
     cfg = tmp_path / "m" / "config.json"
-    cfg.write_text(cfg.read_text().replace("LlamaForCausalLM", "MistralForCausalLM"))
+    cfg.write_text(cfg.read_text().replace("LlamaForCausalLM", "GemmaForCausalLM"))
     result = CliRunner().invoke(app, ["bench", "spec-cost", "--model", str(tmp_path / "m"), *FAST,
                                       "--out", str(tmp_path / "t.toml")])
-    assert result.exit_code == EX_DATAERR and "architecture MistralForCausalLM is not supported" in result.stderr
+    assert result.exit_code == EX_DATAERR and "architecture GemmaForCausalLM is not supported" in result.stderr

@@ -6,6 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from checkpoint_helpers import checkpoint, hf_greedy
+from random_models import hf_checkpoint
 from met.cli import app
 from met.exit_codes import EX_DATAERR, EX_NOINPUT
 from met.model.sources import resolve, tokenizer_for
@@ -15,10 +16,11 @@ pytest.importorskip("transformers")
 PROMPT = "def add(a, b):\n    return"
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen2"])
+@pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3", "mistral"])
 def saved(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp("gen") / f"tiny-{request.param}"
-    return folder, checkpoint(folder, request.param)
+    overrides = {"qwen3": {"head_dim": 16}, "mistral": {"sliding_window": None}}.get(request.param, {})
+    return folder, hf_checkpoint(folder, request.param, **overrides)
 
 
 def _generate(folder, *args: str) -> dict:
@@ -55,14 +57,14 @@ def test_mtp_is_refused_on_a_model_without_an_mtp_module(saved):
 
 
 def test_unsupported_architecture_exits_65_with_its_name(tmp_path):
-    # Mistral is not loaded, and the message says which families are
+    # Gemma is not loaded, and the message says which families are
     checkpoint(tmp_path / "m")
     doc = json.loads((tmp_path / "m" / "config.json").read_text())
-    (tmp_path / "m" / "config.json").write_text(json.dumps(doc | {"architectures": ["MistralForCausalLM"]}))
+    (tmp_path / "m" / "config.json").write_text(json.dumps(doc | {"architectures": ["GemmaForCausalLM"]}))
     result = CliRunner().invoke(app, ["generate", "--model", str(tmp_path / "m"), "--prompt", "x"])
     assert result.exit_code == EX_DATAERR
-    assert "architecture MistralForCausalLM is not supported (met loads LlamaForCausalLM, Qwen2ForCausalLM)" \
-        in result.stderr and "Traceback" not in result.stderr
+    assert ("architecture GemmaForCausalLM is not supported (met loads LlamaForCausalLM, MistralForCausalLM, "
+            "Qwen2ForCausalLM, Qwen3ForCausalLM)") in result.stderr and "Traceback" not in result.stderr
 
 
 def test_missing_folder_exits_66(tmp_path):
