@@ -57,7 +57,7 @@ def info_cmd(
         typer.echo(json.dumps(r.card, indent=2, sort_keys=True))
         return
     if r.source == "hf":
-        out = Console()
+        out = Console(soft_wrap=True)  # a line to a pipe or a log stays one line
         out.print(f"[bold]{r.id}[/bold]  ({r.weights})")
         for line in _checkpoint_lines(r):
             out.print(line, markup=False)  # names from the folder's files are not rich markup
@@ -72,7 +72,7 @@ def info_cmd(
         except ValueError as e:
             raise fail(f"{e}; reinstall met to restore the card it ships", EX_DATAERR) from None
         lines += _card_lines(dflash_path, dflash_card, _dflash_lines)
-    out = Console()
+    out = Console(soft_wrap=True)  # a line to a pipe or a log stays one line
     out.print(f"[bold]{r.id}[/bold]  ({r.weights})")
     for line in lines:
         out.print(line, markup=False)  # a card's text is not rich markup
@@ -111,11 +111,27 @@ def _recipe_lines(r: "Recipe", card: dict) -> list[str]:
         _config_line(c),
         f"corpus: {corpus['source']}: {corpus['train_files']} train files ({corpus['train_tokens']:,} bytes), "
         f"{corpus['heldout_files']} held out ({corpus['heldout_rule']})",
-        f"training: {t['steps']} steps x {t['batch']} x {t['seq_len']}, {t['tokens_seen']:,} tokens, "
-        f"{t['wall_s'] / 60:.0f} min on {t['threads']} threads",
+        _training_line(t),
     ]
+    for earlier in _started_from(t):  # the runs whose weights this one continued, latest first
+        lines.append(f"  started from {earlier['digest']}: " + _training_line(earlier["training"])
+                     if earlier.get("training") else f"  started from {earlier['digest']}")
     lines += [f"held-out {name.replace('_', ' ')}: {value}" for name, value in card["heldout"].items()]
     return lines + [f"MTP greedy acceptance at draft {depth}: {rate}" for depth, rate in _per_position(card)]
+
+
+def _training_line(t: dict) -> str:
+    return (f"training: {t['steps']} steps x {t['batch']} x {t['seq_len']}, {t['tokens_seen']:,} tokens, "
+            f"{t['wall_s'] / 60:.0f} min on {t['threads']} threads")
+
+
+def _started_from(t: dict) -> list[dict]:
+    """The card's chain of `started_from` entries (met model train --init-from), latest first."""
+    chain = []
+    while isinstance(t, dict) and isinstance(t.get("started_from"), dict):
+        chain.append(t["started_from"])
+        t = t["started_from"].get("training")
+    return chain
 
 
 def _dflash_lines(dc: dict) -> list[str]:

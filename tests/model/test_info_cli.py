@@ -105,3 +105,19 @@ def test_a_damaged_card_is_65_from_every_command(shipped_copy, tmp_path, command
     out = ["--out-dir", str(tmp_path / "out")] if command[0] != "tables" else []
     r = CliRunner().invoke(app, [*command, *out])
     assert r.exit_code == 65 and "met-tiny-py.card.json" in r.output, r.output
+
+
+def test_training_lists_the_runs_it_continued(shipped_copy):
+    # a card of weights trained --init-from earlier ones says so, each earlier run under the later one
+    path = shipped_copy / "met-tiny-py.card.json"
+    card = json.loads(path.read_text())
+    first = {"steps": 800, "batch": 16, "seq_len": 256, "tokens_seen": 3289600, "wall_s": 4284.5, "threads": 2}
+    card["training"] = {**first, "steps": 2000, "threads": 1, "started_from": {"digest": "0123456789abcdef",
+                                                                              "training": first}}
+    path.write_text(json.dumps(card))
+    r = _run()
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("training: 2000 steps"))
+    assert lines[at + 1].strip() == ("started from 0123456789abcdef: training: 800 steps x 16 x 256, 3,289,600 "
+                                     "tokens, 71 min on 2 threads")
