@@ -428,8 +428,8 @@ def _marked_depths(stdout: str) -> dict[int, int]:
 
 @pytest.mark.parametrize("lift", [False, True])
 def test_show_marks_the_depth_the_serve_plans_with_the_verify_pools_clamp(lift):
-    # The AMD table's best depth at width 16 is k = 3, but the default pools verify one draft at widths
-    # 9..=16: the serve plans k = 0 there, and show must mark what the serve plans, not the unclamped best.
+    # The AMD table's best depth at width 16 is deeper than one draft, but the default pools verify one draft at
+    # widths 9..=16: the serve plans k <= 1 there, and show must mark what the serve plans, not the unclamped best.
     from pathlib import Path
 
     from met.engine.policy_mtp import MtpPlannedPolicy
@@ -450,5 +450,9 @@ def test_show_marks_the_depth_the_serve_plans_with_the_verify_pools_clamp(lift):
         assert result.exit_code == EX_OK, result.output
         assert _marked_depths(result.stdout) == serve, path
     amd = Path(__file__).parents[2] / "tables/cpu-amd-epyc-1t/met-tiny-py.toml"
-    out = tables("show", str(amd), "--calibration", str(amd.with_name("met-tiny-py.calibration.toml")))
-    assert _marked_depths(out.stdout)[16] == 0 and "the verify pool holds k <= 1" in out.stdout
+    cal_path = amd.with_name("met-tiny-py.calibration.toml")
+    table, cal = CostTable.parse(amd.read_text()), AcceptanceCalibration.parse(cal_path.read_text())
+    state = SpecCostState(table, cal, 0.1, table.key, cal.drafter)
+    assert state.plan(unknown(16), kmax=table.kmax).k > 1  # the clamp changes the plan there
+    out = tables("show", str(amd), "--calibration", str(cal_path))
+    assert _marked_depths(out.stdout)[16] <= 1 and "the verify pool holds k <= 1" in out.stdout

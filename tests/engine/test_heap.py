@@ -25,7 +25,7 @@ def test_settle_collects_cycles_before_freezing_the_survivors() -> None:
     del garbage
     frozen = settle()
     assert dead() is None  # collected, not frozen for ever
-    assert frozen == gc.get_freeze_count() > 0
+    assert 0 < frozen <= gc.get_freeze_count()  # what else in the process freezes later only adds
     assert not any(obj is alive for obj in gc.get_objects())  # frozen objects are out of every generation
 
 
