@@ -11,7 +11,8 @@ ONEDNN_MIN_MACS multiply-adds up, and for a large weight at every size. Float64,
 GPU weights always take `x @ w`.
 """
 
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 
 import torch
 
@@ -20,8 +21,8 @@ import torch
 # its gate/up projection from 3, down from 6, the output projection and the head from 11 to 15.
 ONEDNN_MIN_MACS = 1 << 19
 # A weight of at least this many elements (in x out) is multiplied by oneDNN at every row count, a
-# single row included (a [896, 4864] projection: 299 us against MKL's 448), and its [in, out] copy
-# is not kept: a checkpoint's large matrices are held once, not twice.
+# single row included (one row by [2048, 8192]: 1,582 us against MKL's 2,508; by [896, 4864] about
+# MKL's time), and its [in, out] copy is not kept: a checkpoint's large matrices are held once.
 ONEDNN_ONLY = 1 << 22
 
 
@@ -36,7 +37,7 @@ def _onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
-@dataclass
+@dataclass(slots=True)
 class PackedWeight:
     """One projection's weight: [in, out] for `x @ w`, and oneDNN's layout of it where oneDNN runs."""
 
@@ -44,6 +45,18 @@ class PackedWeight:
     dense: torch.Tensor | None  # [in, out], contiguous; None: a weight oneDNN multiplies at every row count
     onednn: torch.Tensor | None = None  # oneDNN's blocked copy; None: every product takes `x @ dense`
     bias: torch.Tensor | None = None  # [out]
+    # elements of x (rows x in) from which oneDNN takes the product: one comparison a call, on the decode path
+    onednn_from: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        d_in, d_out = self.shape
+        if self.dense is None:
+            rows = 1
+        elif self.onednn is None:
+            rows = None
+        else:
+            rows = max(2, -(-ONEDNN_MIN_MACS // (d_in * d_out)))
+        self.onednn_from = rows * d_in if rows else sys.maxsize
 
     @classmethod
     def of(cls, weight: torch.Tensor, bias: torch.Tensor | None = None) -> "PackedWeight":
@@ -59,14 +72,12 @@ class PackedWeight:
 
     def uses_onednn(self, rows: int) -> bool:
         """Whether a product of this many rows goes to oneDNN."""
-        d_in, d_out = self.shape
-        return self.dense is None or (self.onednn is not None and rows > 1 and rows * d_in * d_out >= ONEDNN_MIN_MACS)
+        return rows * self.shape[0] >= self.onednn_from
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., in] @ w (+ bias) -> [..., out], by the faster kernel for this many rows."""
+        if x.numel() < self.onednn_from:
+            y = x @ self.dense
+            return y if self.bias is None else y + self.bias
         d_in, d_out = self.shape
-        rows = x.numel() // d_in
-        if self.uses_onednn(rows):
-            return _onednn_linear(x.reshape(rows, d_in), self.onednn, self.bias).view(*x.shape[:-1], d_out)
-        y = x @ self.dense
-        return y if self.bias is None else y + self.bias
+        return _onednn_linear(x.reshape(-1, d_in), self.onednn, self.bias).view(*x.shape[:-1], d_out)
