@@ -16,6 +16,7 @@ compiled variant's compile seconds (first call).
 """
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -26,6 +27,9 @@ from met.engine.identity import box_class, device_name
 from met.model.kv_cache import KVCache
 from met.model.recipes import embedded
 from met.model.transformer import CacheContext, Transformer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: report.py
+from report import publish
 
 OUT = Path(__file__).parent / "results" / "compiled_step.md"
 VARIANTS = {
@@ -85,11 +89,12 @@ def _best(f, repeats: int, calls: int = 30) -> float:
     return best
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cache", type=int, default=256, help="cache positions the compiled graph attends over")
     ap.add_argument("--context", type=int, default=180, help="tokens already in the cache")
     ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--out", type=Path, default=OUT, help="report (default: benchmarks/studies/results/compiled_step.md)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     import torch._inductor.config as inductor
@@ -126,8 +131,7 @@ def main(argv: list[str] | None = None) -> None:
         c = f"{compile_s[name, 1]:.0f}, {compile_s[name, 5]:.0f}" if (name, 1) in compile_s else ""
         lines.append(f"| {name} | {rows[1][name] * 1e3:.3f} | {rows[5][name] * 1e3:.3f} | "
                      f"{rows[5][name] / rows[1][name]:.2f} | {c} |")
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text("\n".join([
+    return publish([
         "# torch.compile and the embedded model's steps on a CPU",
         "",
         f"`python3 benchmarks/studies/compiled_step.py --cache {args.cache} --context {args.context} --repeats "
@@ -135,10 +139,8 @@ def main(argv: list[str] | None = None) -> None:
         f"thread: a forward and the head at {args.context} cached tokens, the minimum of {args.repeats} windows.",
         "",
         *lines,
-        "",
-    ]))
-    print(f"wrote {OUT}")
+    ], args.out)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

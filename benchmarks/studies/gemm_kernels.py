@@ -23,6 +23,9 @@ from met.engine.identity import box_class, device_name
 from met.model.packed import ONEDNN_MIN_MACS, ONEDNN_ONLY, PackedWeight, _onednn_linear, onednn_usable
 from met.model.recipes import embedded
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: report.py
+from report import publish
+
 OUT = Path(__file__).parent / "results" / "gemm_kernels.md"
 
 
@@ -48,10 +51,11 @@ def _kernels(w: PackedWeight, x: torch.Tensor) -> dict:
     return {"mkl": lambda: x @ w.dense, "onednn": lambda: _onednn_linear(x, w.onednn, w.bias), "rule": lambda: w(x)}
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default="1,2,3,4,5,8,16,80")
     ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--out", type=Path, default=OUT, help="report (default: benchmarks/studies/results/gemm_kernels.md)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     if not onednn_usable(torch.zeros(1)):
@@ -88,8 +92,7 @@ def main(argv: list[str] | None = None) -> None:
             big.append(f"| [{d_in}, {d_out}] | {m} | {t['mkl'] * 1e6:.0f} | {t['onednn'] * 1e6:.0f} | "
                        f"{t['onednn'] / t['mkl']:.2f} | {'oneDNN' if w.uses_onednn(m) else 'MKL'} |")
         print(big[-1], flush=True)
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text("\n".join([
+    return publish([
         "# MKL or oneDNN for the embedded model's projections, by rows",
         "",
         f"`python3 benchmarks/studies/gemm_kernels.py --rows {args.rows} --repeats {args.repeats}` on "
@@ -110,10 +113,8 @@ def main(argv: list[str] | None = None) -> None:
         "and its [in, out] copy is not kept):",
         "",
         *big,
-        "",
-    ]))
-    print(f"wrote {OUT}")
+    ], args.out)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
