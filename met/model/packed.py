@@ -61,13 +61,14 @@ class PackedWeight:
     @classmethod
     def of(cls, weight: torch.Tensor, bias: torch.Tensor | None = None) -> "PackedWeight":
         """Pack an [in, out] weight (and its bias), with oneDNN's copy where oneDNN can run it."""
-        dense = weight.detach().contiguous()
+        weight = weight.detach()
         onednn = None
-        if onednn_usable(dense):
-            # The layout oneDNN picks for a batch of 16 rows served every row count from 2 to 80 as well as its own.
-            onednn = torch.ops.mkldnn._reorder_linear_weight(dense.t().contiguous(), 16)
-            if dense.numel() >= ONEDNN_ONLY:
-                dense = None
+        if onednn_usable(weight):
+            # oneDNN reads [out, in] (a view, for the transposed nn.Linear weight `_pack` hands in). The layout it
+            # picks for a batch of 16 rows served every row count from 2 to 80 as well as its own.
+            onednn = torch.ops.mkldnn._reorder_linear_weight(weight.t().contiguous(), 16)
+        # a weight oneDNN multiplies at every row count keeps no [in, out] copy, not even for a moment
+        dense = None if onednn is not None and weight.numel() >= ONEDNN_ONLY else weight.contiguous()
         return cls(weight.shape, dense, onednn, bias.detach() if bias is not None else None)
 
     def uses_onednn(self, rows: int) -> bool:
