@@ -78,9 +78,9 @@ def train_cmd(
 
     Exit statuses: 0 weights and card written; 2 bad option value (or a checkpoint in OUT_DIR
     already past --steps, or trained with other options); 65 (EX_DATAERR) OUT_DIR's checkpoint is
-    unreadable or another preset's, --init-from is not a weights file of the preset, or a drafter's trained against other target weights (remove
-    it or pass another --out-dir); 66 (EX_NOINPUT) --target names no embedded recipe, or
-    --init-from no file;
+    unreadable or another preset's, --init-from is not a weights file of the preset, or a drafter's
+    trained against other target weights (remove it or pass another --out-dir); 66 (EX_NOINPUT)
+    --target names no embedded recipe, or --init-from no file;
     73 (EX_CANTCREAT) OUT_DIR cannot be created or written.
     """
     import torch
@@ -132,9 +132,7 @@ def train_cmd(
     log = open_log(out_dir)
     train_split, heldout = load_split(False), load_split(True)
     torch.manual_seed(seed)
-    model = Transformer(cfg)
-    if start is not None:  # a checkpoint in OUT_DIR, if any, then replaces these with its own
-        model.load_state_dict(start.state_dict())
+    model = start if start is not None else Transformer(cfg)  # a checkpoint in OUT_DIR, if any, replaces its weights
     with Progress(TextColumn("[bold]train"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
                   console=console, disable=not console.is_terminal) as progress:
