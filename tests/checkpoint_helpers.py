@@ -1,4 +1,5 @@
-"""Helpers of the checkpoint tests: tiny random Llama and Qwen2 folders saved by transformers, with a tokenizer.json."""
+"""Helpers of the checkpoint tests: tiny random Llama, Qwen2, Qwen3 and Mistral folders saved by transformers, with a
+tokenizer.json."""
 
 from pathlib import Path
 
@@ -29,7 +30,8 @@ def tokenizer(folder: Path, vocab: int = 320) -> int:
 
 
 def checkpoint(folder: Path, family: str = "llama", seed: int = 0, shard: str | None = None, **overrides):
-    """A random tiny model of `family` (llama | qwen2) saved to folder with a tokenizer; returns the HF model (float64).
+    """A random tiny model of `family` (llama | qwen2 | qwen3 | mistral) saved to folder with a tokenizer; returns
+    the HF model (float64). Qwen3's q_norm and k_norm are drawn like every other weight.
 
     Weights are drawn wider than transformers' init, so no two logits are near a tie and greedy
     text is the same in met and transformers.
@@ -40,12 +42,13 @@ def checkpoint(folder: Path, family: str = "llama", seed: int = 0, shard: str | 
     common = dict(vocab_size=vocab, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, bos_token_id=0,
                   eos_token_id=1, rms_norm_eps=1e-6)
-    if family == "llama":
-        cfg = transformers.LlamaConfig(**(common | {"rope_theta": 500.0} | overrides))
-        cls = transformers.LlamaForCausalLM
-    else:
-        cfg = transformers.Qwen2Config(**(common | {"tie_word_embeddings": True} | overrides))
-        cls = transformers.Qwen2ForCausalLM
+    config_cls, cls, defaults = {
+        "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM, {"rope_theta": 500.0}),
+        "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM, {"tie_word_embeddings": True}),
+        "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM, {"rope_theta": 500.0}),
+        "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM, {"rope_theta": 500.0}),
+    }[family]
+    cfg = config_cls(**(common | defaults | overrides))
     torch.manual_seed(seed)
     model = cls(cfg)
     with torch.no_grad():

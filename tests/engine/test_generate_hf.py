@@ -6,7 +6,6 @@ import pytest
 from typer.testing import CliRunner
 
 from checkpoint_helpers import checkpoint, hf_greedy
-from random_models import hf_checkpoint
 from met.cli import app
 from met.exit_codes import EX_DATAERR, EX_NOINPUT
 from met.model.sources import resolve, tokenizer_for
@@ -20,7 +19,7 @@ PROMPT = "def add(a, b):\n    return"
 def saved(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp("gen") / f"tiny-{request.param}"
     overrides = {"qwen3": {"head_dim": 16}, "mistral": {"sliding_window": None}}.get(request.param, {})
-    return folder, hf_checkpoint(folder, request.param, **overrides)
+    return folder, checkpoint(folder, request.param, **overrides)
 
 
 def _generate(folder, *args: str) -> dict:

@@ -9,7 +9,6 @@ import torch
 from typer.testing import CliRunner
 
 from checkpoint_helpers import checkpoint, hf_greedy
-from random_models import hf_checkpoint
 from met.cli import app
 from met.engine.generate import generate
 from met.engine.runner import Draft, ModelRunner, Sampling
@@ -36,7 +35,7 @@ FAMILIES = {
 def saved(request, tmp_path_factory):
     """(folder, transformers model in float64) for each family."""
     folder = tmp_path_factory.mktemp("ckpt") / f"tiny-{request.param}"
-    return folder, hf_checkpoint(folder, **FAMILIES[request.param])
+    return folder, checkpoint(folder, **FAMILIES[request.param])
 
 
 def test_logits_match_transformers_float32(saved):
@@ -171,7 +170,7 @@ def test_unsupported_checkpoints_are_refused_by_name(tmp_path, changes, message)
 def test_a_mistral_window_within_the_context_exits_65_naming_the_field(tmp_path):
     # sliding_window 64 under a context of 256: past 64 tokens Mistral masks keys that met attends to; the folder
     # is unusable (65), and the message says which field and what to do
-    hf_checkpoint(tmp_path / "m", "mistral", sliding_window=64)
+    checkpoint(tmp_path / "m", "mistral", sliding_window=64)
     result = CliRunner().invoke(app, ["generate", "--model", str(tmp_path / "m"), "--prompt", "x"])
     assert result.exit_code == EX_DATAERR and "Traceback" not in result.output
     assert "sliding_window 64 is smaller than the context met serves (max_position_embeddings 256)" in result.stderr
@@ -180,13 +179,13 @@ def test_a_mistral_window_within_the_context_exits_65_naming_the_field(tmp_path)
 
 def test_a_mistral_window_no_smaller_than_the_context_loads(tmp_path):
     # a window as long as the context masks nothing: met's full attention is Mistral's
-    hf_checkpoint(tmp_path / "m", "mistral", sliding_window=256)
+    checkpoint(tmp_path / "m", "mistral", sliding_window=256)
     assert _logits_match_transformers(tmp_path / "m")
 
 
 def test_generate_on_a_qwen3_folder_speculates_by_copies(tmp_path):
     # met generate --spec prompt-lookup on a Qwen3 folder (no MTP module): transformers' greedy text, copies proposed
-    hf = hf_checkpoint(tmp_path / "q3", "qwen3", head_dim=16)
+    hf = checkpoint(tmp_path / "q3", "qwen3", head_dim=16)
     tok = tokenizer_for(resolve(str(tmp_path / "q3")))
     prompt = "def add(a, b):\n    return a + b\n" * 3
     result = CliRunner().invoke(app, ["generate", "--model", str(tmp_path / "q3"), "--prompt", prompt, "--max-tokens",

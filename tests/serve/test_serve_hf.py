@@ -13,7 +13,6 @@ import pytest
 from typer.testing import CliRunner
 
 from checkpoint_helpers import checkpoint, hf_greedy
-from random_models import hf_checkpoint
 from met.cli import app
 from met.model.sources import resolve, tokenizer_for
 
@@ -49,7 +48,7 @@ def test_met_serve_model_folder_answers_openai_with_transformers_greedy_text(tmp
     # byte vocabulary are accepted
     name = f"tiny-{family}"
     folder = tmp_path / name
-    hf = hf_checkpoint(folder, family, **overrides)
+    hf = checkpoint(folder, family, **overrides)
     tok = tokenizer_for(resolve(str(folder)))
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
