@@ -1,7 +1,9 @@
 """Model configuration: a Llama-architecture transformer with an MTP drafter, plus named presets."""
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
+from types import MappingProxyType
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,11 +55,11 @@ class ModelConfig:
 
     def identity(self) -> dict:
         """The fields that say what this model computes: all of them, less the later ones left at their default."""
-        doc = asdict(self)
-        for name, default in _LATER_DEFAULTS.items():
-            if doc[name] == default:
-                del doc[name]
-        return doc
+        return self.fields(without=_LATER_DEFAULTS)
+
+    def fields(self, without: Mapping[str, object] = MappingProxyType({})) -> dict:
+        """Every field by name, less each field of `without` that holds the value given there."""
+        return {name: value for name, value in asdict(self).items() if name not in without or without[name] != value}
 
     @classmethod
     def from_name(cls, name: str) -> "ModelConfig":

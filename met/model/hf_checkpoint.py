@@ -1,6 +1,5 @@
 """A local Hugging Face checkpoint folder's weights: its safetensors files, their digest, and loading them."""
 
-import dataclasses
 import hashlib
 import json
 import re
@@ -71,11 +70,7 @@ def recipe_digest(weights_digest: str, config: ModelConfig) -> str:
     on the model before is refused; a field met does not read (transformers_version) changes nothing.
     A field added after folders were first named is left out at its default, so their recipes stand.
     """
-    doc = dataclasses.asdict(config)
-    for name, default in _LATER_RECIPE_DEFAULTS.items():
-        if doc[name] == default:
-            del doc[name]
-    text = json.dumps(doc, sort_keys=True)
+    text = json.dumps(config.fields(without=_LATER_RECIPE_DEFAULTS), sort_keys=True)
     return hashlib.sha256(f"{weights_digest}\0{text}".encode()).hexdigest()[:16]
 
 
