@@ -106,9 +106,12 @@ def _checkpoint_lines(r: "Recipe") -> list[str]:
 def _recipe_lines(r: "Recipe", card: dict) -> list[str]:
     c = r.config
     corpus, t = card["corpus"], card["training"]
+    without = card["parameters_without_mtp"]
     lines = [
-        f"parameters: {card['parameters']:,} ({card['parameters_without_mtp']:,} without the MTP module)",
+        f"parameters: {card['parameters']:,}" + (f" ({without:,} without the MTP module)" if c.mtp_depth else ""),
         _config_line(c),
+        *([f"distilled from: {card['distilled_from']} (met model train --drafter draft)"]
+          if "distilled_from" in card else []),
         f"corpus: {corpus['source']}: {corpus['train_files']} train files ({corpus['train_tokens']:,} bytes), "
         f"{corpus['heldout_files']} held out ({corpus['heldout_rule']})",
         _training_line(t),

@@ -1,10 +1,11 @@
 """Training checkpoints: a run's weights, optimiser and random streams saved atomically, and resumed from.
 
-Both trainers (the recipe's, met.train.recipe, and the DFlash drafter's, met.train.dflash)
-keep the same state: the trained module under its own key ("model" or "drafter"), the AdamW
-state, the numpy generator that draws batches, an optional torch generator (the drafter's
-anchors), the step, the wall seconds so far and the last stats. A resumed run draws the same
-batches and takes the same steps as one that never stopped.
+Every trainer (the recipe's, met.train.recipe, the DFlash drafter's, met.train.dflash, and the
+draft model's, met.train.draft_model) keeps the same state: the trained module under its own
+key ("model", "drafter" or "draft"), the AdamW state, the numpy generator that draws batches,
+an optional torch generator (the drafter's anchors), the step, the wall seconds so far and the
+last stats. A resumed run draws the same batches and takes the same steps as one that never
+stopped.
 """
 
 from collections.abc import Callable

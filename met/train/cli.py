@@ -1,5 +1,8 @@
 """`met model train`: train a recipe (met.train.recipe) and card it with its drafter's acceptance, decoded by the engine.
 
+--drafter dflash trains a DFlash block drafter against a frozen recipe (dflash_cli.py), --drafter
+draft distils a small draft model from one (draft_model_cli.py); this module parses their options.
+
 met.train sits above met.engine, whose scheduler decodes the card's acceptance; met.model imports
 nothing of either, so met/cli.py wires this command into the model sub-app
 (met.model.cli.model_app) beside `met model info`.
@@ -21,7 +24,7 @@ from met.model.cli import fail
 from met.model.config import ModelConfig
 from met.path_option import nonempty_path
 from met.train.out_dir import open_log, writing
-from met.train.params import DflashTrainParams, TrainParams
+from met.train.params import DflashTrainParams, DraftTrainParams, TrainParams
 
 if TYPE_CHECKING:  # torch, rich and the trainers are imported when the command runs
     from rich.console import Console
@@ -32,15 +35,19 @@ if TYPE_CHECKING:  # torch, rich and the trainers are imported when the command 
 
 _D = TrainParams()
 _DF = DflashTrainParams()
+_DM = DraftTrainParams()
+DRAFTERS = ("mtp", "dflash", "draft")
 
 
 def train_cmd(
     out_dir: Annotated[Path | None, typer.Option(
         parser=nonempty_path,
-        help="Folder for checkpoints, weights and the card (default: runs/met-tiny-py; dflash: runs/<target>-dflash).",
+        help="Folder for checkpoints, weights and the card (default: runs/met-tiny-py; dflash: runs/<target>-dflash; "
+             "draft: runs/<target>-draft).",
         show_default=False)] = None,
     preset: Annotated[str | None, typer.Option(
-        help="Model config preset [default: met-tiny-py] (not with --drafter dflash).", show_default=False)] = None,
+        help="Model config preset [default: met-tiny-py] (not with --drafter dflash or draft).",
+        show_default=False)] = None,
     steps: Annotated[int | None, typer.Option(min=1, help=f"Optimizer steps [default: {_D.steps}].",
                                               show_default=False)] = None,
     batch: Annotated[int | None, typer.Option(min=1, help=f"Sequences per step [default: {_D.batch}].",
@@ -61,11 +68,19 @@ def train_cmd(
     drafter: Annotated[str, typer.Option(
         help="mtp: train the model with its MTP module; dflash: train a DFlash block drafter against the frozen "
              "--target (then --steps, --batch, --seq-len, --lr, --eval-every are the drafter's, default "
-             f"{_DF.steps}, {_DF.batch}, {_DF.seq_len}, {_DF.lr}, {_DF.eval_every}).")] = "mtp",
+             f"{_DF.steps}, {_DF.batch}, {_DF.seq_len}, {_DF.lr}, {_DF.eval_every}); draft: distil a "
+             f"{_DM.layers}-layer draft model, the plain recipe <target>-draft, from the frozen --target (then "
+             f"they are the draft's, default {_DM.steps}, {_DM.batch}, {_DM.seq_len}, {_DM.lr}, "
+             f"{_DM.eval_every}).")] = "mtp",
     target: Annotated[str | None, typer.Option(
-        help="--drafter dflash: the embedded recipe to draft for [default: met-tiny-py].", show_default=False)] = None,
+        help="--drafter dflash or draft: the embedded recipe to draft for [default: met-tiny-py].",
+        show_default=False)] = None,
 ) -> None:
-    """Train the recipe on this interpreter's stdlib source (resumes from OUT_DIR/ckpt.pt), or its DFlash drafter.
+    """Train the recipe on this interpreter's stdlib source (resumes from OUT_DIR/ckpt.pt), or a drafter for it.
+
+    --drafter draft starts a model of --target's first layers (no MTP module) and distils the
+    target's next-byte distributions into it; OUT_DIR/<target>-draft.safetensors and its card,
+    copied into met/model/weights/, make the embedded recipe <target>-draft.
 
     A checkpoint already past --steps is refused, not resumed (the card would claim fewer steps
     than the weights took): pass --steps at or above its step, or another --out-dir. So is one
@@ -74,29 +89,32 @@ def train_cmd(
 
     --init-from continues training earlier weights under a schedule of its own (warm-up, then
     cosine decay over --steps); the card names the weights it started from and their card's
-    training, and a checkpoint started from other weights is refused like one with another --lr.
+    training, and a checkpoint started from other weights is refused like one with another --lr
+    (--drafter mtp only).
 
-    Exit statuses: 0 weights and card written; 2 bad option value (or a checkpoint in OUT_DIR
-    already past --steps, or trained with other options); 65 (EX_DATAERR) OUT_DIR's checkpoint is
-    unreadable or another preset's, --init-from is not a weights file of the preset, or a drafter's
-    trained against other target weights (remove it or pass another --out-dir); 66 (EX_NOINPUT)
-    --target names no embedded recipe, or --init-from no file;
+    Exit statuses: 0 weights and card written; 2 bad option value or an option of another
+    --drafter (or a checkpoint in OUT_DIR already past --steps, or trained with other options);
+    65 (EX_DATAERR) OUT_DIR's checkpoint is unreadable or another preset's, --init-from is not a
+    weights file of the preset, or a drafter's or draft model's checkpoint was trained against
+    other target weights (remove it or pass another --out-dir); 66 (EX_NOINPUT) --target names no
+    embedded recipe, or --init-from no file;
     73 (EX_CANTCREAT) OUT_DIR cannot be created or written.
     """
     import torch
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from met.model.corpus import HELDOUT_PERCENT, load_split, stdlib_root
+    from met.model.corpus import load_split
     from met.model.transformer import Transformer
     from met.model.weights import file_digest, save_weights, write_card
     from met.train.acceptance import mtp_acceptance
+    from met.train.card import corpus_card
     from met.train.checkpoint import ChangedParams, PastSteps, UnusableCheckpoint
     from met.train.recipe import train
 
     console = Console(stderr=True, soft_wrap=True)  # a line to a log or pipe stays one line (no wrap at 80 columns)
-    if drafter not in ("mtp", "dflash"):
-        raise fail(f"--drafter {drafter!r} is not one of mtp, dflash", 2)
+    if drafter not in DRAFTERS:
+        raise fail(f"--drafter {drafter!r} is not one of {', '.join(DRAFTERS)}", 2)
     if lr is not None and not (math.isfinite(lr) and lr > 0):
         raise fail(f"--lr {lr} must be a finite number above 0 (e.g. {_D.lr})", 2)
     if drafter == "dflash":
@@ -107,9 +125,18 @@ def train_cmd(
         _train_dflash(target, out_dir or Path(f"runs/{target}-dflash"), steps, batch, seq_len, lr, eval_every, seed,
                       console)
         return
+    if drafter == "draft":
+        if preset is not None or init_from is not None:  # its shape and its start come from its target
+            raise fail(f"--{'preset' if preset is not None else 'init-from'} is for --drafter mtp; a draft model "
+                       "takes its shape and its first weights from --target", 2)
+        target = target or "met-tiny-py"
+        _apply_threads(threads)
+        _train_draft(target, out_dir or Path(f"runs/{target}-draft"), steps, batch, seq_len, lr, eval_every, seed,
+                     console)
+        return
     if target is not None:  # it would be silently ignored
-        raise fail("--target is for --drafter dflash (the recipe a DFlash drafter is trained against); --drafter mtp "
-                   "trains --preset", 2)
+        raise fail("--target is for --drafter dflash and draft (the recipe a drafter is trained against); --drafter "
+                   "mtp trains --preset", 2)
     if init_from is not None and not init_from.is_file():
         raise fail(f"--init-from {init_from}: no such file", EX_NOINPUT)
     preset = preset or "met-tiny-py"
@@ -162,11 +189,7 @@ def train_cmd(
         "config": asdict(cfg),
         "parameters": model.num_parameters(),
         "parameters_without_mtp": model.num_parameters(include_mtp=False),
-        "corpus": {"source": f"Python {'.'.join(map(str, __import__('sys').version_info[:3]))} stdlib .py files",
-                   "root": str(stdlib_root()), "train_files": len(train_split.files),
-                   "heldout_files": len(heldout.files),
-                   "heldout_rule": f"int(sha256(relative path).hexdigest()[:8], 16) % 100 < {HELDOUT_PERCENT}",
-                   "train_tokens": int(len(train_split.tokens)), "heldout_tokens": int(len(heldout.tokens))},
+        "corpus": corpus_card(train_split, heldout),
         "training": asdict(params) | {"wall_s": round(stats["wall_s"], 1), "tokens_seen": stats["tokens"],
                                       "torch": torch.__version__, "threads": torch.get_num_threads()}
                     | ({"started_from": {"path": str(init_from), "digest": params.init_from,
@@ -211,6 +234,37 @@ def _train_dflash(target: str, out_dir: Path, steps: int | None, batch: int | No
     open_log(out_dir).close()
     try:
         train_dflash_cmd(target, out_dir, params, {}, console)
+    except RecipeError as e:
+        raise fail(str(e), e.status) from None
+    except (UnusableCheckpoint, PastSteps, ChangedParams) as e:
+        raise _checkpoint_refused(e) from None
+    except ValueError as e:
+        raise fail(str(e), 2) from None
+
+
+def _train_draft(target: str, out_dir: Path, steps: int | None, batch: int | None, seq_len: int | None,
+                 lr: float | None, eval_every: int | None, seed: int, console: Console) -> None:
+    from met.model.recipes import RecipeError, embedded
+    from met.train.checkpoint import ChangedParams, PastSteps, UnusableCheckpoint
+    from met.train.draft_model_cli import train_draft_cmd
+
+    try:
+        recipe = embedded(target, verify=False)  # an unknown target is refused before OUT_DIR is made
+        params = DraftTrainParams(steps=_or(steps, _DM.steps), batch=_or(batch, _DM.batch),
+                                  seq_len=_or(seq_len, _DM.seq_len), lr=_or(lr, _DM.lr),
+                                  eval_every=_or(eval_every, _DM.eval_every), seed=seed)
+    except RecipeError as e:  # its status: 66 missing, 65 a damaged card
+        raise fail(str(e), e.status) from None
+    except ValueError as e:
+        raise fail(str(e), 2) from None
+    if params.seq_len > recipe.config.max_seq_len:
+        raise fail(f"--seq-len {params.seq_len} is past {target}'s context of {recipe.config.max_seq_len}; pass "
+                   f"--seq-len 8..{recipe.config.max_seq_len}", 2)
+    if recipe.config.n_layers <= params.layers:
+        raise fail(f"--target {target} has {recipe.config.n_layers} layers: a draft of {params.layers} would be no "
+                   "smaller; distil one from a deeper recipe", 2)
+    try:
+        train_draft_cmd(target, out_dir, params, console)
     except RecipeError as e:
         raise fail(str(e), e.status) from None
     except (UnusableCheckpoint, PastSteps, ChangedParams) as e:

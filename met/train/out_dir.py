@@ -1,7 +1,8 @@
 """A training run's output folder: its log opened before any step, and every write into it exiting 73 on failure.
 
-Both trainers' commands (cli.py, dflash_cli.py) write checkpoints, weights and cards there; a write
-that fails (a folder where a file goes, a full disk) is one line naming the file, not a traceback.
+The trainers' commands (cli.py, dflash_cli.py, draft_model_cli.py) write checkpoints, weights and
+cards there; a write that fails (a folder where a file goes, a full disk) is one line naming the
+file, not a traceback.
 """
 
 from collections.abc import Iterator
