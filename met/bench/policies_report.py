@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 
 from met.bench.policies import FIXED_DEPTHS, Run
 from met.bench.policies_identity import Mismatch
+from met.engine.runner import RECURSIVE_DRAFTERS
 from met.speculative.spec_cost import CostTable
 
 WITHIN_BEST = 0.97  # the planner's tokens/s at least this share of the best fixed depth's, at every concurrency
@@ -60,9 +61,9 @@ def price(run: Run, table: CostTable | None) -> float | None:
         return None
     joules = 0.0
     for mode, width, k, drafted, count in run.steps:
-        if k > (table.kmax if mode == "mtp" and drafted else table.verify_depth(width)):  # copies: verify cells
+        if k > (table.kmax if mode in RECURSIVE_DRAFTERS and drafted else table.verify_depth(width)):  # copies: verify cells
             return None
-        joules += count * table.step_joules(width, k, drafted=mode == "mtp", draft_width=drafted)
+        joules += count * table.step_joules(width, k, drafted=mode in RECURSIVE_DRAFTERS, draft_width=drafted)
     return joules
 
 

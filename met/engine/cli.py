@@ -73,6 +73,9 @@ def generate(
         parser=nonempty_path,
         help="DFlash drafter for --spec dflash (default: <recipe>.dflash.safetensors beside its weights).",
         show_default=False)] = None,
+    draft_model: Annotated[str | None, typer.Option(
+        parser=nonempty_model, help="Draft model for --spec draft: an embedded recipe name (e.g. met-tiny-py-draft) "
+        "or a checkpoint folder with the target's tokenizer.", show_default=False)] = None,
     batch: Annotated[int, typer.Option(min=1, max=MAX_BATCH, help="Prompts run together (width): the scheduler's "
                                                                  "slots, a prompt starting as one frees.")] = 1,
     temperature: Annotated[float, typer.Option(min=0.0, max=MAX_TEMPERATURE, help="0 is greedy.")] = 0.0,
@@ -93,9 +96,13 @@ def generate(
 ) -> None:
     """Generate text offline from --prompt or --prompts.
 
-    Exit statuses: 0 done; 2 bad option (e.g. --spec mtp on a model without an MTP module); 65
-    (EX_DATAERR) a prompts file or checkpoint folder that cannot be used (unsupported architecture);
-    66 (EX_NOINPUT) a recipe, folder or file that is not there.
+    --spec draft drafts with --draft-model, a smaller model of the same tokenizer with a KV cache of
+    its own, --depth drafts a step.
+
+    Exit statuses: 0 done; 2 bad option (e.g. --spec mtp on a model without an MTP module, --spec
+    draft without --draft-model); 65 (EX_DATAERR) a prompts file or checkpoint folder that cannot be
+    used (unsupported architecture), or a draft model of another tokenizer or vocabulary than the
+    model's; 66 (EX_NOINPUT) a recipe, folder or file that is not there.
     """
     import torch
 
@@ -104,12 +111,14 @@ def generate(
     from met.engine.identity import resolve_run, speculation_drift_warning
     from met.engine.runner import ModelRunner, Sampling
     from met.model.dflash import shipped_path
-    from met.model.sources import context_len, resolve, tokenizer_for
+    from met.model.sources import context_len, draft_model_for, resolve, tokenizer_for
 
     if (prompt is None) == (prompts is None):
         raise _fail("give exactly one of --prompt or --prompts", 2)
     if drafter is not None and spec != "dflash":
         raise _fail(f"--drafter is the DFlash drafter of --spec dflash; --spec {spec} would not use it", 2)
+    if (draft_model is not None) != (spec == "draft"):
+        raise _fail("--spec draft drafts with --draft-model: give both or neither", 2)
     if spec not in SPEC_MODES:
         raise _fail(f"--spec {spec!r} is not one of {', '.join(SPEC_MODES)}", 2)
     if top_p == 0:
@@ -133,13 +142,18 @@ def generate(
         except ValueError as e:
             raise _fail(f"--max-len {e}", 2) from None
         tokenizer = tokenizer_for(r)
+        small = draft_model_for(r, draft_model) if draft_model is not None else None
         net = r.load(torch_dtype, device)
+        small_net = small.load(torch_dtype, device) if small is not None else None
     except RecipeError as e:
         raise _fail(str(e), e.status)
     block = _block_drafter(drafter or shipped_path(r), r.id, torch_dtype, device) if spec == "dflash" else None
     # a fixed policy other than mtp never drafts with the MTP block: skip keeping its catch-up rows
-    runner = ModelRunner(net, max_batch=batch, max_len=context, track_mtp=spec == "mtp",
-                         dflash=block)
+    try:
+        runner = ModelRunner(net, max_batch=batch, max_len=context, track_mtp=spec == "mtp", dflash=block,
+                             draft_model=small_net)
+    except ValueError as e:  # a draft model of a shorter context than the run's
+        raise _fail(f"--draft-model {draft_model}: {e}", 2) from None
     sampling = Sampling(temperature, top_p, seed)
     heap.settle()  # as met serve
     encoded = [tokenizer.encode(t) for t in texts]

@@ -75,7 +75,8 @@ class Output:
 
 def fixed_policy(runner: ModelRunner, spec: str, depth: int, rung: DflashRung | None = None,
                  lookup_min: int = 1) -> Policy:
-    """The policy of a fixed --spec and --depth: off, mtp or a host proposer at `depth` drafts, dflash by its rung."""
+    """The policy of a fixed --spec and --depth: off, mtp, the draft model or a host proposer at `depth` drafts,
+    dflash by its rung."""
     if spec == "dflash":
         if runner.dflash is None:
             raise ValueError("--spec dflash needs a runner with a DFlash drafter (ModelRunner(..., dflash=drafter))")
@@ -86,6 +87,10 @@ def fixed_policy(runner: ModelRunner, spec: str, depth: int, rung: DflashRung | 
     pools = VerifyPools(((EVERY_WIDTH, depth),))  # no verify-pool clamp: the KV room and tokens left still clamp
     if spec == "mtp":
         return MtpFixedPolicy(depth, depth, pools)  # the MTP module drafts recursively, as deep as asked
+    if spec == "draft":
+        if runner.draft_model is None:
+            raise ValueError("--spec draft needs a runner with a draft model (ModelRunner(..., draft_model=model))")
+        return MtpFixedPolicy(depth, depth, pools, "draft")
     if spec in HOST_MODES:
         return LookupPolicy(spec, depth, pools, lookup_min)
     raise ValueError(f"unknown spec mode {spec!r}; choose one of {', '.join(SPEC_MODES)}")

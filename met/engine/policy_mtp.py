@@ -53,6 +53,11 @@ however predictable its text.
 
 Fixed depth (`met bench policies`' baselines): the same k every step, no gate; the capacity clamp
 still applies, so the default pools verify one draft at widths 9..=16 whatever k is.
+
+Each policy drafts with the MTP module by default, or with the runner's draft model in its place
+(drafter "draft", `--spec draft`): both draft token by token with top-1 log-probabilities as
+confidences, so the gate, the ladder and the planner (with the draft model's own table and
+calibration) apply to either unchanged.
 """
 
 from collections.abc import Mapping, Sequence
@@ -71,21 +76,27 @@ from met.speculative.spec_cost.lookup import LOOKUP_MAX_NGRAM
 from met.speculative.spec_cost.plan import PlanSeq, copy_depth
 
 
-def _draft(runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan,
+def _draft(runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan, drafter: str,
            replan: Replan | None = None) -> list[Draft]:
     if not any(plan.depths):
         return [Draft([], []) for _ in seqs]
-    return runner.draft_mtp([s.slot for s in seqs], list(plan.depths), replan)
+    run = runner.draft_mtp if drafter == "mtp" else runner.draft_small
+    return run([s.slot for s in seqs], list(plan.depths), replan)
+
+
+def _behind(runner: ModelRunner, drafter: str, slot: int) -> int:
+    """Rows the drafter runs for the slot before its first draft (its catch-up)."""
+    return runner.mtp_behind(slot) if drafter == "mtp" else runner.draft_model.behind_rows(slot)
 
 
 class MtpLadderPolicy:
     """--spec mtp, static cost model: gate -> ladder + adaptive rung -> clamp."""
 
-    name = "mtp"
     copies = NO_COPIES
 
-    def __init__(self, num_drafts: int, pools: VerifyPools, environ: Mapping[str, str]):
-        self.num_drafts = num_drafts  # the model's MTP depth
+    def __init__(self, num_drafts: int, pools: VerifyPools, environ: Mapping[str, str], drafter: str = "mtp"):
+        self.name = self.drafter = drafter  # "mtp", or "draft": the runner's draft model in the MTP module's place
+        self.num_drafts = num_drafts  # the drafter's deepest draft (the model's MTP depth)
         self.pools = pools
         self.env = dict(environ)
         self.gate = MtpGate()
@@ -98,10 +109,10 @@ class MtpLadderPolicy:
         depth = self.rung.drafts_for(width, self.num_drafts, self.env)
         why = "rung:two" if depth > mtp_ladder_drafts(width, self.num_drafts) else "ladder"
         depths, clamp = clamp_depths(depth, runner, seqs, self.pools)
-        return StepPlan(drafting("mtp", depths), depth, depths, joined(why, clamp))
+        return StepPlan(drafting(self.drafter, depths), depth, depths, joined(why, clamp))
 
     def draft(self, runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]:
-        return _draft(runner, seqs, plan)
+        return _draft(runner, seqs, plan, self.drafter)
 
     def observe(self, plan: StepPlan, outcomes: Sequence[Outcome], seconds: float) -> None:
         mode = Mode.PLAIN if plan.mode == "plain" else Mode.MTP
@@ -122,9 +133,9 @@ PROBE_BEHIND_MAX = PROBE_AFTER_MAX + 1  # a probe drafts for a sequence at most 
 class MtpPlannedPolicy:
     """--spec mtp --spec-cost-model measured: the planner's k -> clamp (with probes after runs of plain steps)."""
 
-    name = "mtp/measured"
-
-    def __init__(self, state: SpecCostState, num_drafts: int, pools: VerifyPools):
+    def __init__(self, state: SpecCostState, num_drafts: int, pools: VerifyPools, drafter: str = "mtp"):
+        self.drafter = drafter  # "mtp", or "draft": the runner's draft model, its table and calibration
+        self.name = f"{drafter}/measured"
         self.state = state
         self.num_drafts = num_drafts
         self.pools = pools
@@ -153,7 +164,7 @@ class MtpPlannedPolicy:
         rooms = Rooms.read(runner, seqs)  # the plan's three clamps (its depth, its copies', the chosen) read them
         room, room_clamp = rooms.clamp(kmax, self.pools)
         # a sequence the clamps leave no draft (its last token, no KV room) is not caught up: 0 rows to price
-        behind = [runner.mtp_behind(s.slot) if r else 0 for s, r in zip(seqs, room)]
+        behind = [_behind(runner, self.drafter, s.slot) if r else 0 for s, r in zip(seqs, room)]
         copies, copy_kmax = None, 0
         if self.copies.copy_ngram and kmax:
             copy_kmax = self.copy_kmax(width)
@@ -170,7 +181,7 @@ class MtpPlannedPolicy:
             depths = tuple(min(d, len(c)) if copies else d for d, c, copies in zip(depths, self._copies, copying))
             self.plain_steps = 0 if any(depths) else self.plain_steps + 1
             self.probing = False
-            mode = "lookup" if all(c or not d for c, d in zip(copying, depths)) else "mtp"
+            mode = "lookup" if all(c or not d for c, d in zip(copying, depths)) else self.drafter
             shared = sum(bool(c and d and s) for c, d, s in zip(copying, depths, self._shared))
             why = f"{decision.why}, {shared} from other requests" if shared else decision.why
             return StepPlan(drafting(mode, depths), decision.k, depths, joined(why, clamp), decision,
@@ -189,7 +200,8 @@ class MtpPlannedPolicy:
         why = decision.why if not self.probing else f"probe after {self.plain_steps} plain steps ({decision.why})"
         self.plain_steps = 0 if any(depths) else self.plain_steps + 1
         depth = max(decision.k, int(self.probing))
-        return StepPlan(drafting("mtp", depths), depth, depths, joined(why, clamp), decision, self.state.table)
+        return StepPlan(drafting(self.drafter, depths), depth, depths, joined(why, clamp), decision,
+                        self.state.table)
 
     def _weigh_copies(self, seqs: Sequence[SeqState], room: Sequence[int], kmax: int) -> list[Sequence[float] | None]:
         """Each sequence's copy, as deep as its room (kept for draft), and its expected accepted drafts at
@@ -214,7 +226,7 @@ class MtpPlannedPolicy:
         if source in ("lookup", "mixed"):  # the copies the plan weighed, as deep as it chose; no confidences
             copying = plan.decision.copying
             drafted = [0 if c else k for c, k in zip(copying, plan.depths)]
-            drafts = _draft(runner, seqs, replace(plan, depths=tuple(drafted)))  # the others' MTP drafts
+            drafts = _draft(runner, seqs, replace(plan, depths=tuple(drafted)), self.drafter)  # the others' drafts
             return [Draft(copy[:k], []) if c else d for c, copy, k, d in zip(copying, self._copies, plan.depths, drafts)]
         deepest, floor = max(plan.depths, default=0), int(self.probing)
         previous = _previous_firsts(seqs)
@@ -223,7 +235,7 @@ class MtpPlannedPolicy:
             facts = [PlanSeq(d.confidences, first) for d, first in zip(drafts, previous, strict=True)]
             return max(floor, self.state.plan(facts, deepest, drafted).k)
 
-        return _draft(runner, seqs, plan, replan)
+        return _draft(runner, seqs, plan, self.drafter, replan)
 
     def observe(self, plan: StepPlan, outcomes: Sequence[Outcome], seconds: float) -> None:
         pass  # the planner is pure: the table and calibration are fixed for the life of the serve
@@ -237,20 +249,22 @@ def _previous_firsts(seqs: Sequence[SeqState]) -> list[float | None]:
 class MtpFixedPolicy:
     """MTP at one depth every step -> clamp: the choice a user makes without a cost model."""
 
-    def __init__(self, depth: int, num_drafts: int, pools: VerifyPools):
+    def __init__(self, depth: int, num_drafts: int, pools: VerifyPools, drafter: str = "mtp"):
         if not 1 <= depth <= num_drafts:
-            raise ValueError(f"fixed depth {depth} is outside the model's MTP depths 1..={num_drafts}")
-        self.name = f"mtp/fixed-{depth}"
+            what = "the model's MTP depths" if drafter == "mtp" else "the drafter's depths"
+            raise ValueError(f"fixed depth {depth} is outside {what} 1..={num_drafts}")
+        self.drafter = drafter  # "mtp", or "draft": the runner's draft model
+        self.name = f"{drafter}/fixed-{depth}"
         self.copies = NO_COPIES
         self.depth = depth
         self.pools = pools
 
     def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
         depths, clamp = clamp_depths(self.depth, runner, seqs, self.pools)
-        return StepPlan(drafting("mtp", depths), self.depth, depths, joined(f"fixed k={self.depth}", clamp))
+        return StepPlan(drafting(self.drafter, depths), self.depth, depths, joined(f"fixed k={self.depth}", clamp))
 
     def draft(self, runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan) -> list[Draft]:
-        return _draft(runner, seqs, plan)
+        return _draft(runner, seqs, plan, self.drafter)
 
     def observe(self, plan: StepPlan, outcomes: Sequence[Outcome], seconds: float) -> None:
         pass  # fixed: nothing to learn

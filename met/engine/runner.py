@@ -1,4 +1,4 @@
-"""The model runner: owns the model, the KV cache and the device; prefill, MTP and DFlash draft, verify steps."""
+"""The model runner: owns the model, the KV cache and the device; prefill, draft (MTP, DFlash, a draft model), verify."""
 
 import secrets
 from collections.abc import Callable
@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from met.engine.accept import greedy_accept, position_noise, seeded_pick, speculative_accept, target_distribution
+from met.engine.draft_model import DraftModel
 from met.engine.logits import MAX_LOGPROBS, History, TokenLogprob, process, token_logprobs
 from met.model.dflash import DflashDrafter
 from met.model.kv_cache import KVCache
@@ -111,6 +112,7 @@ class _Seq:
     scored: tuple[TokenLogprob, tuple[TokenLogprob, ...]] | None = None
 
 
+RECURSIVE_DRAFTERS = ("mtp", "draft")  # drafters that draft token by token with confidences: MTP, a draft model
 Replan = Callable[[int, list[Draft]], int]  # (drafts made so far per row, every row's drafts) -> depth to draft to
 
 
@@ -131,7 +133,8 @@ class ModelRunner:
     """Runs steps for sequences that live in KV-cache slots 0..max_batch-1."""
 
     def __init__(self, model: Transformer, max_batch: int, max_len: int | None = None, track_mtp: bool = True,
-                 dflash: DflashDrafter | None = None):
+                 dflash: DflashDrafter | None = None, draft_model: Transformer | None = None):
+        """draft_model: a model of this one's tokenizer and vocabulary that drafts for it (draft_small)."""
         self.model = model.eval()
         self.dflash = dflash.eval() if dflash is not None else None  # block drafter over this model's hidden states
         model.fuse()
@@ -144,6 +147,12 @@ class ModelRunner:
         self.cache = KVCache.allocate(n_cached, max_batch, self.max_len, cfg.n_kv_heads, cfg.head_dim,
                                       self.dtype, self.device)
         self.seqs: dict[int, _Seq] = {}
+        self.draft_model = None
+        if draft_model is not None:
+            if draft_model.cfg.vocab_size != cfg.vocab_size:
+                raise ValueError(f"the draft model's vocabulary of {draft_model.cfg.vocab_size} tokens is not this "
+                                 f"model's {cfg.vocab_size}")
+            self.draft_model = DraftModel(draft_model, max_batch, self.max_len)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -163,6 +172,8 @@ class ModelRunner:
         """Free a slot at once (finished or cancelled sequence)."""
         self.seqs.pop(slot, None)
         self.cache.reset(slot)
+        if self.draft_model is not None:
+            self.draft_model.release(slot)
 
     @torch.inference_mode()
     def move(self, src: int, dst: int) -> None:
@@ -171,6 +182,8 @@ class ModelRunner:
             raise ValueError(f"a move needs a busy source and a free destination, got {src} -> {dst}")
         self.cache.move(src, dst)
         self.seqs[dst] = self.seqs.pop(src)
+        if self.draft_model is not None:
+            self.draft_model.move(src, dst)
 
     def compact(self, slots: list[int]) -> dict[int, int]:
         """Move the sequences of `slots` that sit at or past len(slots) into the free slots below; {src: dst}.
@@ -235,6 +248,8 @@ class ModelRunner:
                 seq.catchup_tok = prompts[i][1:] + [first]
             if self.dflash is not None:
                 seq.last_h = h[i, lens[i] - 1]
+            if self.draft_model is not None:
+                self.draft_model.start(slot, prompts[i] + [first])
             self.seqs[slot] = seq
             self.cache.lengths[slot] = lens[i]
             self.cache.mtp_lengths[slot] = 0
@@ -307,9 +322,50 @@ class ModelRunner:
         for s, seq in zip(act_slots, seqs):
             seq.catchup_h, seq.catchup_tok = [], []
             self.cache.mtp_lengths[s] = self.cache.lengths[s]
-        idx = list(range(len(active)))  # rows of h still drafting
+
+        def advance(keep: list[int] | None, rows: list[int], tokens: list[int]) -> torch.Tensor:
+            nonlocal h
+            if keep is not None:
+                h = h[keep]
+            pos = torch.tensor([[self.cache.lengths[act_slots[r]] + len(drafts[active[r]].tokens) - 1] for r in rows])
+            ctx = CacheContext.build(self.cache, [act_slots[r] for r in rows], pos.to(self.device))
+            mh, _ = self.model.mtp_hidden(h[:, None], torch.tensor(tokens)[:, None].to(self.device), ctx)
+            h = mh[:, 0]
+            return self.model.mtp_logits_cached(h)
+
+        self._recurse(drafts, active, act_slots, seqs, depths, self.model.mtp_logits_cached(h), advance, replan)
+        return drafts
+
+    @torch.inference_mode()
+    def draft_small(self, slots: list[int], depths: list[int], replan: Replan | None = None) -> list[Draft]:
+        """Drafts of the runner's draft model: its catch-up pass, then one pass per further draft (as draft_mtp)."""
+        depths = list(depths)
+        drafts = [Draft([], []) for _ in slots]
+        active = [i for i, d in enumerate(depths) if d > 0]
+        if not active:
+            return drafts
+        if self.draft_model is None:
+            raise RuntimeError("this runner has no draft model (build it with ModelRunner(..., draft_model=model))")
+        act_slots = [slots[i] for i in active]
+        small = self.draft_model
+
+        def advance(keep: list[int] | None, rows: list[int], tokens: list[int]) -> torch.Tensor:
+            return small.step([act_slots[r] for r in rows], tokens)
+
+        logits = small.catch_up(act_slots)
+        self._recurse(drafts, active, act_slots, [self.seqs[s] for s in act_slots], depths, logits, advance, replan)
+        return drafts
+
+    def _recurse(self, drafts: list[Draft], active: list[int], act_slots: list[int], seqs: list[_Seq],
+                 depths: list[int], logits: torch.Tensor, advance, replan: Replan | None) -> None:
+        """A recursive drafter's passes: pick draft j of every row from logits [B', V], replan, feed it back.
+
+        advance(keep, rows, tokens) runs the drafter's next pass over the rows still drafting (keep: their
+        indices among the last pass's rows, None if all stayed; rows: their indices among active) fed
+        each one's latest draft, and returns that pass's logits.
+        """
+        idx = list(range(len(active)))  # rows of the last pass still drafting
         for j in range(1, max(depths) + 1):
-            logits = self.model.mtp_logits_cached(h)  # [B', V]
             tok_list, conf_list = _top1(logits)
             for b, row in enumerate(idx):
                 d = drafts[active[row]]
@@ -329,20 +385,14 @@ class ModelRunner:
                 if target <= j:
                     for d in drafts:
                         _truncate(d, target)
-                    break
+                    return
                 depths = [min(d, target) for d in depths]
             keep = [b for b, row in enumerate(idx) if depths[active[row]] > j]
             if not keep:
-                break
-            if len(keep) < len(idx):
-                h = h[keep]
-                idx = [idx[b] for b in keep]
-            pos = torch.tensor([[self.cache.lengths[act_slots[r]] + j - 1] for r in idx])  # [B', 1]
-            tok = torch.tensor([[drafts[active[r]].tokens[-1]] for r in idx])  # [B', 1]
-            ctx = CacheContext.build(self.cache, [act_slots[r] for r in idx], pos.to(self.device))
-            mh, _ = self.model.mtp_hidden(h[:, None], tok.to(self.device), ctx)
-            h = mh[:, 0]
-        return drafts
+                return
+            kept = None if len(keep) == len(idx) else keep
+            idx = [idx[b] for b in keep]
+            logits = advance(kept, idx, [drafts[active[r]].tokens[-1] for r in idx])
 
     def _catch_up(self, slots: list[int], seqs: list[_Seq], rows: list[int]) -> torch.Tensor:
         """One MTP pass over the main-model rows these sequences' MTP block missed; the last row's hidden of each."""
@@ -440,6 +490,8 @@ class ModelRunner:
                 seq.catchup_tok.extend(emitted)
             if self.dflash is not None:
                 seq.last_h = h[i, a]  # the row whose logits chose nxt
+            if self.draft_model is not None:
+                self.draft_model.verified(slot, emitted)
             seq.pending = nxt
             if seq.history is not None:
                 seq.history.add(emitted)

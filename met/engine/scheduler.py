@@ -31,7 +31,7 @@ from met.engine.policy_base import Outcome, Policy, StepPlan, drafter_width
 from met.engine.proposer import HOST_MODES, Proposer
 from met.engine.logits import TokenLogprob
 from met.engine.requests import Delta, Failed, Finished, Request, SeqState, Sink
-from met.engine.runner import Draft, ModelRunner, VerifyResult
+from met.engine.runner import RECURSIVE_DRAFTERS, Draft, ModelRunner, VerifyResult
 from met.engine.textstream import TextStream
 from met.model.tokenizer import BYTES, Tokenizer
 from met.speculative.shared_lookup import ScopeKey, SharedLookup, SharedLookupParams
@@ -293,7 +293,7 @@ class Scheduler:
             self.stats.record_b1_margin(1, results[0].margin)
         # priced as it ran: a probe drafts where the plan said k = 0, replans go deeper or stop early
         verified = max((o.proposed for o in outcomes), default=0)
-        energy = plan.table.step_joules(len(outcomes), verified, drafted=plan.mode == "mtp",
+        energy = plan.table.step_joules(len(outcomes), verified, drafted=plan.mode in RECURSIVE_DRAFTERS,
                                         draft_width=drafter_width(drafts)) \
             if plan.table is not None else None
         self.stats.record_step(plan.mode, seconds, streamed, energy)

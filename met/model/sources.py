@@ -8,6 +8,7 @@ import torch
 from met.model import recipes
 from met.model.hf_checkpoint import checkpoint_name
 from met.model.hf_tokenizer import HfTokenizer
+from met.model.errors import CheckpointError
 from met.model.recipes import Recipe, RecipeError, hf_recipe
 from met.model.tokenizer import BYTES, Tokenizer
 from met.model.transformer import Transformer
@@ -86,3 +87,22 @@ def context_len(recipe: Recipe, max_len: int = 0) -> int:
         raise ValueError(f"{max_len} is not a context {recipe.name} can run: 2..{recipe.config.max_seq_len} tokens "
                          "(a prompt and one new token at least), or 0 for the model's own")
     return min(max_len or DEFAULT_MAX_LEN, recipe.config.max_seq_len)
+
+
+def draft_model_for(target: Recipe, spec: str) -> Recipe:
+    """The recipe of --draft-model `spec` drafting for target: CheckpointError (exit 65) unless both share a tokenizer.
+
+    A draft model proposes token ids the target verifies, so both must mean the same thing by every id:
+    the same tokenizer (the byte tokenizer of the embedded recipes, or the same tokenizer.json) and the
+    same vocabulary size.
+    """
+    draft = resolve(spec)
+    mine, theirs = tokenizer_for(target).name, tokenizer_for(draft).name
+    if mine != theirs:
+        raise CheckpointError(f"draft model {draft.name} has tokenizer {theirs}, the target {target.name} has {mine}; "
+                              "a draft model must share its target's tokenizer")
+    if draft.config.vocab_size != target.config.vocab_size:
+        raise CheckpointError(f"draft model {draft.name} has a vocabulary of {draft.config.vocab_size} tokens, the "
+                              f"target {target.name} of {target.config.vocab_size}; a draft model must share its "
+                              "target's vocabulary")
+    return draft

@@ -83,3 +83,48 @@ def test_a_tokenizer_larger_than_the_model_exits_65_naming_the_ids(tmp_path):
     result = CliRunner().invoke(app, ["generate", "--model", str(tmp_path / "m"), "--prompt", PROMPT * 3])
     assert result.exit_code == EX_DATAERR, result.output
     assert f"are outside m's vocabulary 0..{model_vocab - 1}" in result.stderr and "Traceback" not in result.output
+
+
+@pytest.fixture(scope="module")
+def small(saved, tmp_path_factory):
+    """A one-layer random model of the same family and tokenizer as `saved`: a draft model for it."""
+    folder, hf = saved
+    family = folder.name.removeprefix("tiny-")
+    draft = tmp_path_factory.mktemp("draft") / f"small-{family}"
+    overrides = {"qwen3": {"head_dim": 16}, "mistral": {"sliding_window": None}}.get(family, {})
+    checkpoint(draft, family, seed=1, num_hidden_layers=1, **overrides)
+    return draft
+
+
+def test_a_draft_model_leaves_greedy_text_as_transformers_and_drafting_for_itself_accepts_all(saved, small):
+    # another model's drafts are verified away where wrong; the target drafting for itself has every draft accepted
+    folder, hf = saved
+    tok = tokenizer_for(resolve(str(folder)))
+    want = tok.decode(hf_greedy(hf, tok.encode(PROMPT), 40))
+    other = _generate(folder, "--spec", "draft", "--draft-model", str(small), "--depth", "3")
+    itself = _generate(folder, "--spec", "draft", "--draft-model", str(folder), "--depth", "3")
+    assert other["text"] == want and itself["text"] == want
+    assert other["drafts_proposed"] > 0
+    assert itself["drafts_proposed"] > 10 and itself["drafts_accepted"] == itself["drafts_proposed"]
+
+
+def test_a_draft_model_of_another_tokenizer_or_vocabulary_exits_65_naming_both(saved, tmp_path):
+    folder, _ = saved
+    args = ["generate", "--model", str(folder), "--prompt", "x", "--spec", "draft", "--draft-model"]
+    result = CliRunner().invoke(app, args + ["met-tiny-py"])  # the byte tokenizer
+    assert result.exit_code == EX_DATAERR, result.output
+    assert f"draft model met-tiny-py has tokenizer byte, the target {folder.name} has hf-" in result.stderr
+    doc = json.loads((folder / "config.json").read_text())
+    checkpoint(tmp_path / "wide", "llama", vocab_size=doc["vocab_size"] + 8)  # the same tokenizer.json, more rows
+    assert tokenizer_for(resolve(str(tmp_path / "wide"))).name == tokenizer_for(resolve(str(folder))).name
+    result = CliRunner().invoke(app, args + [str(tmp_path / "wide")])
+    assert result.exit_code == EX_DATAERR, result.output
+    assert (f"draft model wide has a vocabulary of {doc['vocab_size'] + 8} tokens, the target {folder.name} of "
+            f"{doc['vocab_size']}") in result.stderr
+
+
+def test_draft_model_and_spec_draft_come_together(saved):
+    folder, _ = saved
+    for extra in (["--spec", "draft"], ["--draft-model", str(folder)]):
+        result = CliRunner().invoke(app, ["generate", "--model", str(folder), "--prompt", "x", *extra])
+        assert result.exit_code == 2 and "--spec draft drafts with --draft-model" in result.stderr

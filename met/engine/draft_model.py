@@ -1,0 +1,105 @@
+"""A draft model: a smaller model of the target's tokenizer proposing its drafts, with a KV cache of its own.
+
+The draft model sees the same token sequence as the target, position for position, but runs behind
+it: each slot keeps the tokens its cache has not taken yet (a prompt, the tokens a verify emitted),
+the last of them the target's pending token. A draft step first runs those tokens in one pass (the
+catch-up, grouped as the MTP block's are: met.speculative.catchup), whose last row's logits give the
+first draft, then one pass per further draft, each fed the draft before it. The verify decides what
+of that stays: a cached position holds the committed token only where the drafts fed so far equal
+what the verify emitted, so the cache is rolled back to the longest such prefix and the rest of the
+emitted tokens wait for the next catch-up. The prompt is not prefilled here: a sequence the draft
+model never drafts for costs it nothing.
+"""
+
+import torch
+
+from met.model.kv_cache import KVCache
+from met.model.transformer import CacheContext, Transformer
+from met.speculative.catchup import catchup_groups
+
+
+class DraftModel:
+    """A model drafting for another of the same tokenizer, in the target runner's slots."""
+
+    def __init__(self, model: Transformer, max_batch: int, max_len: int):
+        cfg = model.cfg
+        if cfg.max_seq_len < max_len:
+            raise ValueError(f"the draft model's context of {cfg.max_seq_len} tokens is shorter than the target's "
+                             f"{max_len}; run the target with a context of at most {cfg.max_seq_len}")
+        self.model = model.eval()
+        model.fuse()
+        p = next(model.parameters())
+        self.device = p.device
+        self.cache = KVCache.allocate(cfg.n_layers, max_batch, max_len, cfg.n_kv_heads, cfg.head_dim, p.dtype,
+                                      p.device)
+        self.behind: dict[int, list[int]] = {}  # tokens of the sequence not in this cache, the last the pending one
+        self.fed: dict[int, list[int]] = {}  # drafts fed into this cache since the last verify, in order
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.cfg.vocab_size
+
+    def start(self, slot: int, tokens: list[int]) -> None:
+        """A new sequence in slot: its prompt and first token, none of them cached yet."""
+        self.cache.reset(slot)
+        self.behind[slot], self.fed[slot] = list(tokens), []
+
+    def release(self, slot: int) -> None:
+        self.behind.pop(slot, None)
+        self.fed.pop(slot, None)
+        self.cache.reset(slot)
+
+    def move(self, src: int, dst: int) -> None:
+        self.cache.move(src, dst)
+        self.behind[dst], self.fed[dst] = self.behind.pop(src), self.fed.pop(src)
+
+    def behind_rows(self, slot: int) -> int:
+        """Tokens the slot's next draft step runs before its first draft (its catch-up)."""
+        return len(self.behind[slot])
+
+    def verified(self, slot: int, emitted: list[int]) -> None:
+        """The target verified this slot and emitted `emitted` (accepted drafts, then its own token)."""
+        fed = self.fed[slot]
+        if not fed:  # nothing fed past the pending token: every emitted token is new to this cache
+            self.behind[slot].extend(emitted)
+            return
+        keep = 0
+        while keep < len(fed) and fed[keep] == emitted[keep]:
+            keep += 1
+        self.cache.rollback(slot, self.cache.lengths[slot] - len(fed) + keep)
+        self.behind[slot], self.fed[slot] = emitted[keep:], []
+
+    def catch_up(self, slots: list[int]) -> torch.Tensor:
+        """Run each slot's waiting tokens into the cache; the logits [B, V] after each one's last (its first draft's)."""
+        rows = [len(self.behind[s]) for s in slots]
+        if not all(rows):
+            slot = slots[rows.index(0)]
+            raise RuntimeError(f"slot {slot} was drafted for and not verified since; verify its drafts before "
+                               "drafting again")
+        last: list[torch.Tensor] = [None] * len(slots)  # type: ignore[list-item]
+        for group in catchup_groups(rows):
+            g_slots = [slots[b] for b in group]
+            R = max(rows[b] for b in group)
+            tokens = torch.zeros(len(group), R, dtype=torch.long)  # [G, R], right-padded
+            for i, b in enumerate(group):
+                tokens[i, : rows[b]] = torch.tensor(self.behind[slots[b]])
+            start = torch.tensor([self.cache.lengths[s] for s in g_slots])
+            ctx = CacheContext.build(self.cache, g_slots, (start[:, None] + torch.arange(R)).to(self.device))
+            h = self.model.hidden(tokens.to(self.device), ctx)  # [G, R, dim]
+            ends = h[torch.arange(len(group)), torch.tensor([rows[b] for b in group]) - 1]  # [G, dim]
+            for i, b in enumerate(group):
+                last[b] = ends[i]
+        for s, n in zip(slots, rows):
+            self.cache.lengths[s] += n
+            self.behind[s], self.fed[s] = [], []
+        return self.model.logits_cached(torch.stack(last))
+
+    def step(self, slots: list[int], tokens: list[int]) -> torch.Tensor:
+        """Feed each slot its latest draft; the logits [B, V] of the draft after it."""
+        pos = torch.tensor([[self.cache.lengths[s]] for s in slots])  # [B, 1]
+        ctx = CacheContext.build(self.cache, slots, pos.to(self.device))
+        h = self.model.hidden(torch.tensor(tokens)[:, None].to(self.device), ctx)  # [B, 1, dim]
+        for s, t in zip(slots, tokens):
+            self.cache.lengths[s] += 1
+            self.fed[s].append(t)
+        return self.model.logits_cached(h[:, 0])
