@@ -18,7 +18,8 @@ from met.bench.meters import EnergyUnavailable, open_meter
 from met.bench.spec_cost_cli import calibration_path
 from met.bench.table_files import Unwritable, resolve_out
 from met.bench.tables_cli import Refusal, read_text
-from met.engine.identity import MODES, RunSettings, mtp_drafter_key, serve_table_key
+from met.engine.identity import (DRAFT_MODEL_MODES, MODES, RunSettings, draft_model_config, draft_model_drafter_key,
+                                 mtp_drafter_key, serve_table_key)
 from met.exit_codes import EX_CONFIG, EX_DATAERR, EX_UNAVAILABLE
 from met.model.recipes import Recipe
 from met.speculative.spec_cost import (
@@ -56,9 +57,10 @@ class MeasuredBoot:
     table_option: str = "--spec-cost-table"  # the command's option for the table, named in a refusal's remedy
 
 
-def default_table(box: str, recipe_name: str) -> Path:
-    """tables/<box_class>/<recipe>.toml, where `met bench spec-cost` writes by default (its --out default)."""
-    return TABLES_DIR / box / f"{recipe_name}.toml"
+def default_table(box: str, recipe_name: str, draft_name: str | None = None) -> Path:
+    """tables/<box_class>/<recipe>.toml, where `met bench spec-cost` writes by default (its --out default); with a
+    draft model, tables/<box_class>/<recipe>.draft-<draft model>.toml."""
+    return TABLES_DIR / box / (f"{recipe_name}.toml" if draft_name is None else f"{recipe_name}.draft-{draft_name}.toml")
 
 
 def default_calibration(table: Path) -> Path:
@@ -125,10 +127,22 @@ def energy_source(energy: str, device: str) -> str:
         raise BootError(EX_UNAVAILABLE, [f"error: --energy {energy}: {exc}"]) from None
 
 
-def boot_measured(recipe: Recipe, settings: RunSettings, boot: MeasuredBoot) -> SpecCostState:
-    """Load, parse and key-check the table and calibration for this recipe and these run settings."""
+def boot_measured(recipe: Recipe, settings: RunSettings, boot: MeasuredBoot,
+                  draft: Recipe | None = None) -> SpecCostState:
+    """Load, parse and key-check the table and calibration for this recipe and these run settings.
+
+    draft: the draft model the serve drafts with instead of the recipe's MTP module; the table must
+    have measured its draft step (mode draft_model, under its recipe and config) and the calibration
+    must have been fitted on it.
+    """
     source = energy_source(boot.energy, settings.device)
-    serve_key = serve_table_key(recipe.id, recipe.config, settings, source, MODES, boot.box_class)
+    if draft is None:
+        serve_key = serve_table_key(recipe.id, recipe.config, settings, source, MODES, boot.box_class)
+        drafter = mtp_drafter_key(recipe)
+    else:
+        serve_key = serve_table_key(recipe.id, recipe.config, settings, source, DRAFT_MODEL_MODES, boot.box_class,
+                                    draft_model_config(draft))
+        drafter = draft_model_drafter_key(draft)
     table = load_table(boot.table, boot.table_option)
     calibration = load_calibration(boot.calibration)
-    return check(table, calibration, serve_key, mtp_drafter_key(recipe), boot.slack, boot.table)
+    return check(table, calibration, serve_key, drafter, boot.slack, boot.table)

@@ -22,7 +22,9 @@ from met.speculative.spec_cost import DrafterKey, TableKey
 
 MODES = ("decode", "verify", "draft_mtp")
 """The step modes a table measures: plain decode (k = 0), verify of k drafts, the MTP draft step."""
-KNOWN_MODES = MODES + ("draft_dflash",)  # draft_dflash: a DFlash block drafter's step (bench --drafter dflash)
+DRAFTER_MODES = ("draft_dflash", "draft_model")  # draft steps of drafters that are not part of the model
+KNOWN_MODES = MODES + DRAFTER_MODES  # draft_dflash: a DFlash block drafter's step; draft_model: a draft model's
+DRAFT_MODEL_MODES = ("decode", "verify", "draft_model")  # what a serve drafting with a draft model runs
 
 _BOX_CLASS = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")  # also a folder name under tables/
 _CPUINFO = Path("/proc/cpuinfo")
@@ -31,10 +33,11 @@ _NOISE = {"r", "tm", "cpu", "processor", "core", "with", "radeon", "graphics", "
 
 
 class Recipeish(Protocol):
-    """What a drafter key needs of a recipe: its name and weights digest (met.model.recipes.Recipe)."""
+    """What a drafter key needs of a recipe: its name, weights digest and config (met.model.recipes.Recipe)."""
 
     name: str
     digest: str
+    config: ModelConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +223,8 @@ def plan_digest(mode: str, model_config: ModelConfig, dtype: str, device_name: s
                 cached_path: int, drafter: dict | None = None) -> str:
     """sha256 (16 hex) of a canonical JSON of the mode and everything that changes its cost.
 
-    drafter: the config of a drafter that is not part of the model (DFlash's, for draft_dflash).
+    drafter: the config of a drafter that is not part of the model (DFlash's for draft_dflash, a draft model's
+    recipe and config for draft_model: draft_model_config).
     """
     if mode not in KNOWN_MODES:
         raise ValueError(f"mode {mode!r} is not one of {', '.join(KNOWN_MODES)}")
@@ -236,11 +240,11 @@ def plan_digest(mode: str, model_config: ModelConfig, dtype: str, device_name: s
 
 def plan_digests(config: ModelConfig, settings: RunSettings, modes: Iterable[str] = MODES,
                  drafter: dict | None = None) -> dict[str, str]:
-    """The plan digest of each mode, for this box's device and this torch (draft_dflash: and the drafter's config)."""
+    """The plan digest of each mode, for this box's device and this torch (a drafter mode's: and the drafter's)."""
     name = device_name(settings.device)
     return {mode: plan_digest(mode, config, settings.dtype, name, torch.__version__, settings.threads,
                               settings.attention_impl, settings.compile_setting, settings.verify_arms,
-                              settings.cached_path, drafter if mode == "draft_dflash" else None)
+                              settings.cached_path, drafter if mode in DRAFTER_MODES else None)
             for mode in modes}
 
 
@@ -260,3 +264,13 @@ def mtp_drafter_key(recipe: Recipeish) -> DrafterKey:
 def dflash_drafter_key(recipe: Recipeish, drafter_digest: str) -> DrafterKey:
     """The key of a recipe's DFlash drafter: its own weights file, so that file's digest."""
     return DrafterKey("dflash", recipe.name, drafter_digest)
+
+
+def draft_model_config(draft: Recipeish) -> dict:
+    """What a draft model's step cost depends on beyond the run settings: its recipe id and its config."""
+    return {"recipe": f"{draft.name}@{draft.digest}", "model_config": draft.config.identity()}
+
+
+def draft_model_drafter_key(draft: Recipeish) -> DrafterKey:
+    """The key of a draft model as a drafter: its recipe's name and weights digest."""
+    return DrafterKey("draft", draft.name, draft.digest)
