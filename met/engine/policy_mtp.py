@@ -172,7 +172,7 @@ class MtpPlannedPolicy:
             copies = self._weigh_copies(seqs, copy_room, copy_kmax)
         weighed = copies if copies is not None else (None,) * width
         facts = [PlanSeq((), first, b, s.remaining, c)
-                 for s, first, b, c in zip(seqs, _previous_firsts(seqs), behind, weighed)]
+                 for s, first, b, c in zip(seqs, _previous_firsts(seqs, self.drafter), behind, weighed)]
         decision = self.state.plan(facts, kmax, copy_kmax=copy_kmax)
         if decision.source in ("lookup", "mixed"):
             copying = decision.copying
@@ -229,7 +229,7 @@ class MtpPlannedPolicy:
             drafts = _draft(runner, seqs, replace(plan, depths=tuple(drafted)), self.drafter)  # the others' drafts
             return [Draft(copy[:k], []) if c else d for c, copy, k, d in zip(copying, self._copies, plan.depths, drafts)]
         deepest, floor = max(plan.depths, default=0), int(self.probing)
-        previous = _previous_firsts(seqs)
+        previous = _previous_firsts(seqs, self.drafter)
 
         def replan(drafted: int, drafts: list[Draft]) -> int:
             facts = [PlanSeq(d.confidences, first) for d, first in zip(drafts, previous, strict=True)]
@@ -241,9 +241,10 @@ class MtpPlannedPolicy:
         pass  # the planner is pure: the table and calibration are fixed for the life of the serve
 
 
-def _previous_firsts(seqs: Sequence[SeqState]) -> list[float | None]:
-    """Each sequence's previous step's first-draft confidence (None: that step was plain, or there was none)."""
-    return [s.confidences[0] if s.confidences else None for s in seqs]
+def _previous_firsts(seqs: Sequence[SeqState], drafter: str) -> list[float | None]:
+    """Each sequence's previous step's first-draft confidence (None: that step was plain, had none, or another drafter
+    drafted it, whose confidences this drafter's calibration does not read)."""
+    return [s.confidences[0] if s.confidences and s.drafted_by == drafter else None for s in seqs]
 
 
 class MtpFixedPolicy:

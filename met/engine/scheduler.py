@@ -284,7 +284,7 @@ class Scheduler:
             outcomes.append(Outcome(k, r.accepted, len(r.tokens)))
             # only the prefix up to the first rejection is known to match: the runner stops judging there
             self.stats.record_verify([i < r.accepted for i in range(k)])
-            seq.confidences = list(d.confidences)
+            seq.confidences, seq.drafted_by = list(d.confidences), plan.mode
             seq.proposer.observe(k, r.accepted, r.tokens)
             seq.drafted, seq.accepted = seq.drafted + k, seq.accepted + r.accepted
             streamed += self._emit(seq, r.tokens, r.logprobs or ())

@@ -34,7 +34,7 @@ def _seqs(n: int, max_tokens: int = 100, confidences: list[float] | None = None,
     for i in range(n):
         req = Request(str(i), (1, 2, 3), max_tokens)
         out.append(SeqState(req, QueueSink(), i, Proposer(spec, req.prompt), TextStream(),
-                            confidences=list(confidences or [])))
+                            confidences=list(confidences or []), drafted_by="mtp" if confidences else ""))
     return out
 
 
@@ -387,7 +387,7 @@ def _copying_seqs(n: int) -> list[SeqState]:
     for i in range(n):
         req = Request(str(i), (5, 6, 7, 8, 9, 5, 6), 100)  # the suffix (5, 6) recurs: its copy is 7 8 9 5 6
         out.append(SeqState(req, QueueSink(), i, Proposer("mtp", req.prompt, copy_ngram=LOOKUP_MAX_NGRAM),
-                            TextStream(), confidences=[-0.01] * 4))
+                            TextStream(), confidences=[-0.01] * 4, drafted_by="mtp"))
     return out
 
 
