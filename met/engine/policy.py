@@ -3,7 +3,10 @@
 off: plain decode. mtp, static: the MTP gate picks MTP or plain by measured throughput, the
 ladder and adaptive rung pick the depth (policy_mtp.MtpLadderPolicy). mtp, measured: the
 measured planner picks the depth from the cost table and calibration, k = 0 meaning plain
-(policy_mtp.MtpPlannedPolicy). ngram / prompt-lookup: host drafts from the sequence's own history,
+(policy_mtp.MtpPlannedPolicy). draft: the same two policies drafting with the runner's draft
+model in the MTP module's place (static, or measured from the draft model's own table and
+calibration); a draft model has no depth of its own, so PolicyConfig.draft_depth is its deepest
+draft, as the MTP depth is the MTP module's. ngram / prompt-lookup: host drafts from the sequence's own history,
 the tenant's shared lookup cache as fallback (policy_lookup.LookupPolicy). dflash: the runner's
 DFlash block drafter, its verify width set by the DFlash rung (policy_dflash.DflashPolicy), its
 verify pools sized by the rung's tiers and the drafter's block rather than PolicyConfig.pools. The
@@ -22,17 +25,19 @@ from met.engine.proposer import NGRAM_MAX
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 from met.speculative.spec_cost import SpecCostState
 
-SERVE_SPECS = ("off", "mtp", "ngram", "prompt-lookup", "dflash")
+SERVE_SPECS = ("off", "mtp", "draft", "ngram", "prompt-lookup", "dflash")
+DRAFT_DEPTH = 4  # the draft model's default most drafts: what the default verify pools hold at widths 1..=8
 
 
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
     """The serve's drafting flags."""
 
-    spec: str = "off"  # off | mtp | ngram | prompt-lookup | dflash
+    spec: str = "off"  # off | mtp | draft | ngram | prompt-lookup | dflash
     lookup_depth: int = 4  # host proposers: most drafts per step (prompt-lookup's own window may ask fewer)
     lookup_min_ngram: int = 1  # host proposers: the shortest suffix match that proposes drafts
-    pools: VerifyPools = DEFAULT_POOLS  # mtp and host drafts; --lift-wide-tier lifts widths 9..=16 to two
+    pools: VerifyPools = DEFAULT_POOLS  # mtp, draft and host drafts; --lift-wide-tier lifts widths 9..=16 to two
+    draft_depth: int = DRAFT_DEPTH  # draft: the draft model's most drafts per step (the ladder's at widths 1..=8)
 
     def __post_init__(self) -> None:
         if self.spec not in SERVE_SPECS:
@@ -41,24 +46,33 @@ class PolicyConfig:
             raise ValueError(f"lookup depth must be in 1..=16, got {self.lookup_depth}")
         if not 1 <= self.lookup_min_ngram <= NGRAM_MAX:
             raise ValueError(f"lookup min n-gram must be in 1..={NGRAM_MAX}, got {self.lookup_min_ngram}")
+        if not 1 <= self.draft_depth <= 16:
+            raise ValueError(f"draft depth must be in 1..=16, got {self.draft_depth}")
 
 
 def build_policy(config: PolicyConfig, num_drafts: int, cost_state: SpecCostState | None = None,
-                 environ: Mapping[str, str] | None = None, dflash_block: int | None = None) -> Policy:
-    """The policy for these flags; cost_state (a SpecCostState) selects the measured planner for MTP.
+                 environ: Mapping[str, str] | None = None, dflash_block: int | None = None,
+                 draft_model: bool = False) -> Policy:
+    """The policy for these flags; cost_state (a SpecCostState) selects the measured planner for mtp or draft.
 
-    dflash_block: the block of the runner's DFlash drafter (--spec dflash needs one).
+    num_drafts: the model's MTP depth. dflash_block: the block of the runner's DFlash drafter (--spec
+    dflash needs one). draft_model: whether the runner has a draft model (--spec draft needs one).
     """
     if config.spec == "off":
         return PlainPolicy()
-    if config.spec == "mtp":
-        if num_drafts < 1:
+    if config.spec in ("mtp", "draft"):
+        if config.spec == "mtp" and num_drafts < 1:
             raise ValueError("--spec mtp needs a model with an MTP module (mtp_depth >= 1)")
+        if config.spec == "draft":
+            if not draft_model:
+                raise ValueError("--spec draft needs a runner with a draft model (--draft-model)")
+            num_drafts = config.draft_depth
         if cost_state is not None:
-            return MtpPlannedPolicy(cost_state, num_drafts, config.pools)
-        return MtpLadderPolicy(num_drafts, config.pools, os.environ if environ is None else environ)
+            return MtpPlannedPolicy(cost_state, num_drafts, config.pools, config.spec)
+        return MtpLadderPolicy(num_drafts, config.pools, os.environ if environ is None else environ, config.spec)
     if cost_state is not None:
-        raise ValueError(f"--spec-cost-model measured plans MTP depth; --spec {config.spec} has no calibrated drafter")
+        raise ValueError(f"--spec-cost-model measured plans MTP or draft-model depth; --spec {config.spec} has no "
+                         "calibrated drafter")
     if config.spec == "dflash":
         if dflash_block is None:
             raise ValueError("--spec dflash needs a DFlash drafter (met model train --drafter dflash)")

@@ -75,14 +75,19 @@ class Service:
     def build(cls, model: Transformer, model_id: str, names: tuple[str, ...], policy: PolicyConfig,
               max_batch: int, max_len: int | None = None, cost_state: SpecCostState | None = None,
               keys: KeyRing | None = None, tokenizer: Tokenizer = BYTES,
-              dflash: DflashDrafter | None = None, chat: ChatTemplate | None = EMBEDDED) -> "Service":
-        """A runner for the model (and its DFlash drafter), the policy the flags compose, and a scheduler over them.
+              dflash: DflashDrafter | None = None, chat: ChatTemplate | None = EMBEDDED,
+              draft_model: Transformer | None = None) -> "Service":
+        """A runner for the model (and its DFlash drafter or draft model), the policy the flags compose, and a
+        scheduler over them.
 
-        The scheduler is not started yet.
+        The scheduler is not started yet. ValueError for a draft model of a shorter context than max_len.
         """
-        runner = ModelRunner(model, max_batch, max_len, dflash=dflash)
+        # a serve that drafts with something else never drafts with the MTP block: no catch-up rows to keep for it
+        runner = ModelRunner(model, max_batch, max_len, track_mtp=policy.spec != "draft", dflash=dflash,
+                             draft_model=draft_model)
         num_drafts = model.cfg.mtp_depth if model.mtp is not None else 0
-        built = build_policy(policy, num_drafts, cost_state, dflash_block=dflash.block if dflash is not None else None)
+        built = build_policy(policy, num_drafts, cost_state, dflash_block=dflash.block if dflash is not None else None,
+                             draft_model=draft_model is not None)
         scheduler = Scheduler(runner, built, model_id, tokenizer=tokenizer)
         return cls(scheduler, names, keys if keys is not None else KeyRing({}), chat=chat)
 

@@ -40,10 +40,11 @@ def serve(
              "prompt-lookup).", show_default=False)] = None,
     spec_cost_model: Annotated[str, typer.Option(
         help="static: the MTP gate, ladder and adaptive rung; measured: plan depth from the cost table "
-             "(--spec mtp only), and copy from each request's history instead where the calibration's "
+             "(--spec mtp or draft only), and copy from each request's history instead where the calibration's "
              "prompt-lookup bins say a copy pays more.")] = "static",
     spec_cost_table: Annotated[Path | None, typer.Option(
-        parser=nonempty_path, help="Cost table (default: tables/<box_class>/<recipe>.toml).",
+        parser=nonempty_path, help="Cost table (default: tables/<box_class>/<recipe>.toml; with --draft-model, "
+        "<recipe>.draft-<draft model>.toml there).",
         show_default=False)] = None,
     calibration: Annotated[Path | None, typer.Option(
         parser=nonempty_path, help="Drafter calibration (default: beside the table, <recipe>.calibration.toml).",
@@ -74,6 +75,13 @@ def serve(
         parser=nonempty_path,
         help="DFlash drafter for --spec dflash (default: <recipe>.dflash.safetensors beside its weights).",
         show_default=False)] = None,
+    draft_model: Annotated[str | None, typer.Option(
+        parser=nonempty_model, help="Draft model for --spec draft: an embedded recipe name (e.g. met-tiny-py-draft) "
+        "or a checkpoint folder with the model's tokenizer and vocabulary.", show_default=False)] = None,
+    draft_depth: Annotated[int | None, typer.Option(
+        min=1, max=16, help="--spec draft: the draft model's most drafts per step (default: 4, what the verify "
+        "pools hold at widths 1..=8), the ladder's at widths 1..=8 and the planner's deepest; the pools clamp it as "
+        "MTP's.", show_default=False)] = None,
     device: Annotated[str | None, typer.Option(
         help="Torch device (default: cuda if available, else cpu).", show_default=False)] = None,
     dtype: Annotated[str | None, typer.Option(
@@ -102,23 +110,31 @@ def serve(
     At boot a measured table gets one warning line each if it is narrower than --max-batch, a --quick
     table, or older than --table-max-age days.
 
-    Exit statuses: 0 drained and stopped (SIGTERM or Ctrl-C); 2 bad option; 65 (EX_DATAERR) the cost
-    table or calibration is missing or invalid, or the keys file is, or the checkpoint folder cannot be
-    served (unsupported architecture), or the DFlash drafter is not this model's; 66 (EX_NOINPUT) the
-    recipe's weights, the folder's files, the keys file or the DFlash drafter are missing; 69 (EX_UNAVAILABLE)
-    the --energy source does not work here, or it cannot listen on --host:--port (in use, not this machine's
-    address, or does not resolve; checked before the model loads); 78 (EX_CONFIG) the table or
-    calibration was measured under another key (each mismatch listed).
+    --spec draft drafts with --draft-model, a smaller model of the same tokenizer with a KV cache of
+    its own, in the MTP module's place: the gate, ladder and rung, or the measured planner from the
+    draft model's own table and calibration, choose its depth.
+
+    Exit statuses: 0 drained and stopped (SIGTERM or Ctrl-C); 2 bad option (e.g. --spec draft without
+    --draft-model or the reverse, or a draft model of a shorter context than the serve's); 65
+    (EX_DATAERR) the cost table or calibration is missing or invalid, or the keys file is, or the
+    checkpoint folder cannot be served (unsupported architecture), or the DFlash drafter is not this
+    model's, or the draft model has another tokenizer or vocabulary than the model's; 66 (EX_NOINPUT)
+    the recipe's weights, the folder's files (the draft model's too), the keys file or the DFlash
+    drafter are missing; 69 (EX_UNAVAILABLE) the --energy source does not work here, or it cannot
+    listen on --host:--port (in use, not this machine's address, or does not resolve; checked before
+    the model loads); 78 (EX_CONFIG) the table or calibration was measured under another key (each
+    mismatch listed). The draft model's tokenizer, vocabulary and context are checked before the port
+    and before any model loads.
     """
     import torch
 
     from met.bench.measured_boot import BootError, MeasuredBoot, boot_measured, default_calibration, default_table
     from met.engine import heap
     from met.engine.identity import box_class as derive_box_class, resolve_run, speculation_drift_warning
-    from met.engine.policy import PolicyConfig
+    from met.engine.policy import DRAFT_DEPTH, PolicyConfig
     from met.model.chat_template import template_for
     from met.model.dflash import DrafterError, load_drafter, shipped_path
-    from met.model.sources import context_len, resolve, tokenizer_for
+    from met.model.sources import context_len, draft_model_for, resolve, tokenizer_for
     from met.serve import server, tui
     from met.serve.app import Service, create_app
     from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
@@ -128,9 +144,16 @@ def serve(
     if spec_cost_model not in COST_MODELS:
         raise typer.BadParameter(f"{spec_cost_model!r} is not one of {', '.join(COST_MODELS)}",
                                  param_hint="--spec-cost-model")
-    if spec_cost_model == "measured" and spec not in ("mtp", None):
-        raise typer.BadParameter(f"the measured planner plans MTP depth; --spec {spec} has no calibrated drafter "
-                                 "(use --spec mtp or --spec-cost-model static)", param_hint="--spec-cost-model")
+    if spec_cost_model == "measured" and spec not in ("mtp", "draft", None):
+        raise typer.BadParameter(f"the measured planner plans MTP or draft-model depth; --spec {spec} has no "
+                                 "calibrated drafter (use --spec mtp, --spec draft or --spec-cost-model static)",
+                                 param_hint="--spec-cost-model")
+    if (draft_model is not None) != (spec == "draft"):
+        raise typer.BadParameter("--spec draft drafts with --draft-model: give both or neither",
+                                 param_hint="--draft-model")
+    if draft_depth is not None and spec != "draft":
+        raise typer.BadParameter("the draft model's depth, for --spec draft only; this serve would not use it",
+                                 param_hint="--draft-depth")
     if drafter is not None and spec != "dflash":
         raise typer.BadParameter(f"the DFlash drafter of --spec dflash; --spec {spec or 'mtp'} would not use it",
                                  param_hint="--drafter")
@@ -152,12 +175,17 @@ def serve(
         recipe = resolve(model)
         tokenizer = tokenizer_for(recipe)
         chat = template_for(recipe)  # None: the folder has none, and chat completions say so
+        small = draft_model_for(recipe, draft_model) if draft_model is not None else None  # its tokenizer checked
     except RecipeError as exc:
         raise _fail(exc.status, f"error: {exc}") from None
     try:
         context = context_len(recipe, max_len)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--max-len") from None
+    if small is not None and small.config.max_seq_len < context:  # its cache holds as many tokens as the target's
+        raise typer.BadParameter(f"{small.name}'s context of {small.config.max_seq_len} tokens is shorter than the "
+                                 f"serve's {context}; pass --max-len {small.config.max_seq_len} or less",
+                                 param_hint="--draft-model")
     if spec is None:
         spec = "mtp" if recipe.config.mtp_depth or spec_cost_model == "measured" else "prompt-lookup"
     if spec == "mtp" and not recipe.config.mtp_depth:
@@ -165,11 +193,11 @@ def serve(
                                                       else "")
         raise typer.BadParameter(f"{recipe.name} has no MTP module to draft with; {hint}", param_hint="--spec")
     cost_state = None
-    table = spec_cost_table or default_table(box, recipe.name)
+    table = spec_cost_table or default_table(box, recipe.name, small.name if small is not None else None)
     if spec_cost_model == "measured":
         boot = MeasuredBoot(table, calibration or default_calibration(table), spec_cost_slack, energy, box_class)
         try:
-            cost_state = boot_measured(recipe, settings, boot)
+            cost_state = boot_measured(recipe, settings, boot, draft=small)
         except BootError as exc:
             raise _fail(exc.code, *exc.lines) from None
     try:
@@ -178,6 +206,7 @@ def serve(
         raise _fail(EX_UNAVAILABLE, f"error: {exc}") from None
     try:
         net = recipe.load(getattr(torch, settings.dtype), settings.device)
+        small_net = small.load(getattr(torch, settings.dtype), settings.device) if small is not None else None
     except RecipeError as exc:
         raise _fail(exc.status, f"error: {exc}") from None
     block = None
@@ -189,10 +218,12 @@ def serve(
             raise _fail(exc.status, f"error: {exc}") from None
     pools = VerifyPools(DEFAULT_POOLS.tiers, lift_wide_tier=lift_wide_tier)
     names = (recipe.name, recipe.id) + ((model,) if model not in (recipe.name, recipe.id) else ())
-    service = Service.build(net, recipe.id, names, PolicyConfig(spec, lookup_depth, lookup_min_ngram, pools),
-                            max_batch, context, cost_state, keys, tokenizer, block, chat)
+    config = PolicyConfig(spec, lookup_depth, lookup_min_ngram, pools, draft_depth or DRAFT_DEPTH)
+    service = Service.build(net, recipe.id, names, config, max_batch, context, cost_state, keys, tokenizer, block,
+                            chat, small_net)
     heap.settle()  # boot's objects out of the collector's full passes for the life of the serve
-    _banner(service, recipe.id, host, port, settings, box, table if cost_state else None, cost_state, keys)
+    _banner(service, recipe.id, host, port, settings, box, table if cost_state else None, cost_state, keys,
+            (small.id, config.draft_depth) if small is not None else None)
     if (warning := speculation_drift_warning(settings.dtype, spec)) is not None:
         typer.echo(f"  {warning}", err=True)
     for line in table_warnings(cost_state.table, table, max_batch, table_max_age) if cost_state else []:
@@ -233,13 +264,17 @@ def _keys(api_keys: list[str], keys_file: Path | None, open_metrics: bool = Fals
 
 
 def _banner(service: Service, recipe_id: str, host: str, port: int, settings: RunSettings, box: str,
-            table: Path | None, cost_state: SpecCostState | None, keys: KeyRing) -> None:
+            table: Path | None, cost_state: SpecCostState | None, keys: KeyRing,
+            draft: tuple[str, int] | None = None) -> None:
+    """The boot lines: what is served, how, from which table; draft: the draft model's id and most drafts."""
     from met.speculative.spec_cost.plan import unknown
 
     sched = service.scheduler
     typer.echo(f"met serve: {recipe_id} on {settings.device} ({settings.dtype}, {settings.threads} threads), "
                f"box class {box}; spec {sched.policy.name}, {sched.runner.cache.max_batch} slots of "
                f"{sched.max_len} tokens", err=True)
+    if draft is not None:
+        typer.echo(f"  drafting with the draft model {draft[0]}, up to {draft[1]} drafts a step", err=True)
     if cost_state is not None:
         key = cost_state.table.key
         widths = sorted({1, sched.runner.cache.max_batch})
@@ -248,7 +283,8 @@ def _banner(service: Service, recipe_id: str, host: str, port: int, settings: Ru
         others = " and from the tenant's other requests" if sched.policy.copies.shared_ngram else ""
         copies = (f"weighing copies from each history{others} (the calibration's prompt-lookup bins; up to "
                   f"{sched.policy.copy_kmax(1)} deep at width 1)" if cost_state.calibration.lookup
-                  else "MTP drafts only (the calibration has no prompt-lookup bins)")
+                  else f"{'MTP' if draft is None else 'draft-model'} drafts only (the calibration has no "
+                  "prompt-lookup bins)")
         typer.echo(f"  planning from {table} ({when + ', ' if when else ''}energy_source {key.energy_source}, "
                    f"slack {cost_state.slack:g}), {copies}; with position priors, {plans}", err=True)
     tenants = sorted(set(keys.keys.values()))

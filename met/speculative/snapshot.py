@@ -16,7 +16,7 @@ class SchedulerSnapshot:
     width: int = 0  # sequences in this tick's step
     active: int = 0  # sequences admitted and not finished
     queued: int = 0  # requests waiting for admission
-    mode: str = "idle"  # "mtp", "plain", "dflash", "lookup" or "idle"
+    mode: str = "idle"  # "mtp", "draft" (a draft model), "plain", "dflash", "lookup" or "idle"
     depth: int = 0  # planned drafts per sequence before the capacity clamp
     why: str = ""  # short reason for depth, e.g. "ladder", "rung:two", "gate:plain", "plan", "clamp:kv"
     acceptance: tuple[float, ...] = ()  # per draft position: fraction accepted (drafts 0..=i all matched)
