@@ -10,7 +10,7 @@ made here too.
 DEFAULT_RECIPE = "met-tiny-py"  # met.model.recipes.DEFAULT_RECIPE: the embedded recipe a command runs by default
 RUN_DTYPES = ("float32", "bfloat16", "float16", "float64")  # met.engine.identity.RUN_DTYPES
 MAX_THREADS = 1024  # met.engine.identity.MAX_THREADS
-SPEC_MODES = ("off", "mtp", "draft", "ngram", "prompt-lookup", "dflash")  # met.engine.proposer.SPEC_MODES (generate --spec)
+SPEC_MODES = ("off", "mtp", "draft", "ngram", "prompt-lookup", "dflash", "eagle")  # met.engine.proposer.SPEC_MODES (generate --spec)
 NGRAM_MAX = 4  # met.engine.proposer.NGRAM_MAX: the longest suffix the n-gram proposers match
 SERVE_SPECS = ("off", "mtp", "draft", "ngram", "prompt-lookup", "dflash")  # met.engine.policy.SERVE_SPECS (met serve --spec)
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # met.serve.server.LOG_LEVELS (uvicorn's)

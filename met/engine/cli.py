@@ -71,7 +71,8 @@ def generate(
         "drafts (a longer one is likelier accepted; where a verified draft costs much, as on a CPU, 3 pays).")] = 1,
     drafter: Annotated[Path | None, typer.Option(
         parser=nonempty_path,
-        help="DFlash drafter for --spec dflash (default: <recipe>.dflash.safetensors beside its weights).",
+        help="--spec dflash: the DFlash drafter (default: <recipe>.dflash.safetensors beside its weights); "
+        "--spec eagle: the EAGLE-3 head's folder (config.json and model.safetensors, as published for vLLM).",
         show_default=False)] = None,
     draft_model: Annotated[str | None, typer.Option(
         parser=nonempty_model, help="Draft model for --spec draft: an embedded recipe name (e.g. met-tiny-py-draft) "
@@ -97,12 +98,15 @@ def generate(
     """Generate text offline from --prompt or --prompts.
 
     --spec draft drafts with --draft-model, a smaller model of the same tokenizer with a KV cache of
-    its own, --depth drafts a step.
+    its own, --depth drafts a step. --spec eagle drafts with the EAGLE-3 head in the folder --drafter
+    names, trained on this model (its target's hidden size and vocabulary), --depth drafts a step.
 
     Exit statuses: 0 done; 2 bad option (e.g. --spec mtp on a model without an MTP module, --spec
-    draft without --draft-model); 65 (EX_DATAERR) a prompts file or checkpoint folder that cannot be
-    used (unsupported architecture), or a draft model of another tokenizer or vocabulary than the
-    model's; 66 (EX_NOINPUT) a recipe, folder or file that is not there.
+    draft without --draft-model, --spec eagle without --drafter); 65 (EX_DATAERR) a prompts file or
+    checkpoint folder that cannot be used (unsupported architecture), a draft model of another
+    tokenizer or vocabulary than the model's, or an EAGLE-3 head that does not fit the model (another
+    hidden size, vocabulary or layer count; a d2t or t2d that does not fit); 66 (EX_NOINPUT) a recipe,
+    folder or file that is not there.
     """
     import torch
 
@@ -115,8 +119,10 @@ def generate(
 
     if (prompt is None) == (prompts is None):
         raise _fail("give exactly one of --prompt or --prompts", 2)
-    if drafter is not None and spec != "dflash":
-        raise _fail(f"--drafter is the DFlash drafter of --spec dflash; --spec {spec} would not use it", 2)
+    if drafter is not None and spec not in ("dflash", "eagle"):
+        raise _fail(f"--drafter is the drafter of --spec dflash or eagle; --spec {spec} would not use it", 2)
+    if spec == "eagle" and drafter is None:
+        raise _fail("--spec eagle drafts with an EAGLE-3 head: pass its folder as --drafter", 2)
     if (draft_model is not None) != (spec == "draft"):
         raise _fail("--spec draft drafts with --draft-model: give both or neither", 2)
     if spec not in SPEC_MODES:
@@ -148,12 +154,13 @@ def generate(
     except RecipeError as e:
         raise _fail(str(e), e.status)
     block = _block_drafter(drafter or shipped_path(r), r.id, torch_dtype, device) if spec == "dflash" else None
+    head = _eagle_head(drafter, net.cfg, torch_dtype, device) if spec == "eagle" else None
     # a fixed policy other than mtp never drafts with the MTP block: skip keeping its catch-up rows
     try:
         runner = ModelRunner(net, max_batch=batch, max_len=context, track_mtp=spec == "mtp", dflash=block,
-                             draft_model=small_net)
+                             draft_model=small_net, eagle=head)
     except ValueError as e:  # a draft model of a shorter context than the run's
-        raise _fail(f"--draft-model {draft_model}: {e}", 2) from None
+        raise _fail(f"--{'drafter' if spec == 'eagle' else 'draft-model'} {drafter or draft_model}: {e}", 2) from None
     sampling = Sampling(temperature, top_p, seed)
     heap.settle()  # as met serve
     encoded = [tokenizer.encode(t) for t in texts]
@@ -185,5 +192,16 @@ def _block_drafter(path: Path, target_id: str, dtype: torch.dtype, device: str):
 
     try:
         return load_drafter(path, target_id, dtype, device)
+    except DrafterError as e:
+        raise _fail(str(e), e.status) from None
+
+
+def _eagle_head(folder: Path, target, dtype: torch.dtype, device: str):
+    """The EAGLE-3 head in folder for this model's config; exit 66 if it is missing, 65 if it does not fit."""
+    from met.model.dflash import DrafterError
+    from met.model.eagle3 import load_eagle3
+
+    try:
+        return load_eagle3(folder, target, dtype, device)
     except DrafterError as e:
         raise _fail(str(e), e.status) from None

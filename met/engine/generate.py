@@ -4,10 +4,10 @@
 Scheduler as `met serve` and `met bench policies`, on the calling thread: every prompt is
 submitted at once into the runner's slots (continuous batching: a prompt starts when a slot
 frees), and the scheduler ticks until the last one finishes. The policy is fixed: `depth` drafts
-per step at every width (MTP, n-gram or prompt lookup), or the DFlash rung's choice; the clamps
-(KV room, tokens left) are the serve's. Each request's counts are the scheduler's SpecStats,
-one per request, fed from the outcomes the policy observes; its timings come from the clock the
-scheduler reads.
+per step at every width (MTP, a draft model, an EAGLE-3 head, n-gram or prompt lookup), or the
+DFlash rung's choice; the clamps (KV room, tokens left) are the serve's. Each request's counts
+are the scheduler's SpecStats, one per request, fed from the outcomes the policy observes; its
+timings come from the clock the scheduler reads.
 """
 
 import time
@@ -75,8 +75,8 @@ class Output:
 
 def fixed_policy(runner: ModelRunner, spec: str, depth: int, rung: DflashRung | None = None,
                  lookup_min: int = 1) -> Policy:
-    """The policy of a fixed --spec and --depth: off, mtp, the draft model or a host proposer at `depth` drafts,
-    dflash by its rung."""
+    """The policy of a fixed --spec and --depth: off, mtp, the draft model, the EAGLE-3 head or a host proposer at
+    `depth` drafts, dflash by its rung."""
     if spec == "dflash":
         if runner.dflash is None:
             raise ValueError("--spec dflash needs a runner with a DFlash drafter (ModelRunner(..., dflash=drafter))")
@@ -91,6 +91,10 @@ def fixed_policy(runner: ModelRunner, spec: str, depth: int, rung: DflashRung | 
         if runner.draft_model is None:
             raise ValueError("--spec draft needs a runner with a draft model (ModelRunner(..., draft_model=model))")
         return MtpFixedPolicy(depth, depth, pools, "draft")
+    if spec == "eagle":
+        if runner.eagle is None:
+            raise ValueError("--spec eagle needs a runner with an EAGLE-3 head (ModelRunner(..., eagle=head))")
+        return MtpFixedPolicy(depth, depth, pools, "eagle")
     if spec in HOST_MODES:
         return LookupPolicy(spec, depth, pools, lookup_min)
     raise ValueError(f"unknown spec mode {spec!r}; choose one of {', '.join(SPEC_MODES)}")

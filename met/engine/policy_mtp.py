@@ -55,9 +55,9 @@ Fixed depth (`met bench policies`' baselines): the same k every step, no gate; t
 still applies, so the default pools verify one draft at widths 9..=16 whatever k is.
 
 Each policy drafts with the MTP module by default, or with the runner's draft model in its place
-(drafter "draft", `--spec draft`): both draft token by token with top-1 log-probabilities as
-confidences, so the gate, the ladder and the planner (with the draft model's own table and
-calibration) apply to either unchanged.
+(drafter "draft", `--spec draft`), or its EAGLE-3 head (drafter "eagle", `--spec eagle`): each
+drafts token by token with top-1 log-probabilities as confidences, so the gate, the ladder and the
+planner (with the drafter's own table and calibration) apply to any of them unchanged.
 """
 
 from collections.abc import Mapping, Sequence
@@ -76,17 +76,22 @@ from met.speculative.spec_cost.lookup import LOOKUP_MAX_NGRAM
 from met.speculative.spec_cost.plan import PlanSeq, copy_depth
 
 
+_DRAFT_METHODS = {"mtp": "draft_mtp", "draft": "draft_small", "eagle": "draft_eagle"}  # drafter -> ModelRunner method
+
+
 def _draft(runner: ModelRunner, seqs: Sequence[SeqState], plan: StepPlan, drafter: str,
            replan: Replan | None = None) -> list[Draft]:
     if not any(plan.depths):
         return [Draft([], []) for _ in seqs]
-    run = runner.draft_mtp if drafter == "mtp" else runner.draft_small
+    run = getattr(runner, _DRAFT_METHODS[drafter])
     return run([s.slot for s in seqs], list(plan.depths), replan)
 
 
 def _behind(runner: ModelRunner, drafter: str, slot: int) -> int:
     """Rows the drafter runs for the slot before its first draft (its catch-up)."""
-    return runner.mtp_behind(slot) if drafter == "mtp" else runner.draft_model.behind_rows(slot)
+    if drafter == "mtp":
+        return runner.mtp_behind(slot)
+    return (runner.draft_model if drafter == "draft" else runner.eagle).behind_rows(slot)
 
 
 class MtpLadderPolicy:

@@ -15,7 +15,8 @@ from met.engine.runner import Draft
 from met.speculative.prompt_lookup import LookupParams, PromptLookup
 from met.speculative.spec_cost.lookup import copy_params
 
-SPEC_MODES = ("off", "mtp", "draft", "ngram", "prompt-lookup", "dflash")  # draft: the runner's draft model
+SPEC_MODES = ("off", "mtp", "draft", "ngram", "prompt-lookup", "dflash", "eagle")  # draft: the runner's draft model;
+# eagle: its EAGLE-3 head
 HOST_MODES = ("ngram", "prompt-lookup")  # modes whose drafts come from the history, not a model
 NGRAM_MAX = 4  # longest suffix the n-gram proposers match
 

@@ -1,4 +1,5 @@
-"""The model runner: owns the model, the KV cache and the device; prefill, draft (MTP, DFlash, a draft model), verify."""
+"""The model runner: owns the model, the KV cache and the device; prefill, draft (MTP, DFlash, a draft model, an
+EAGLE-3 head), verify."""
 
 import secrets
 from collections.abc import Callable
@@ -8,8 +9,10 @@ import torch
 
 from met.engine.accept import greedy_accept, position_noise, seeded_pick, speculative_accept, target_distribution
 from met.engine.draft_model import DraftModel
+from met.engine.eagle import EagleDrafter
 from met.engine.logits import MAX_LOGPROBS, History, TokenLogprob, process, token_logprobs
 from met.model.dflash import DflashDrafter
+from met.model.eagle3 import Eagle3Head
 from met.model.kv_cache import KVCache
 from met.model.transformer import CacheContext, Transformer
 from met.speculative.catchup import catchup_groups
@@ -112,7 +115,8 @@ class _Seq:
     scored: tuple[TokenLogprob, tuple[TokenLogprob, ...]] | None = None
 
 
-RECURSIVE_DRAFTERS = ("mtp", "draft")  # drafters that draft token by token with confidences: MTP, a draft model
+RECURSIVE_DRAFTERS = ("mtp", "draft", "eagle")  # drafters that draft token by token with confidences: MTP, a draft
+# model, an EAGLE-3 head
 Replan = Callable[[int, list[Draft]], int]  # (drafts made so far per row, every row's drafts) -> depth to draft to
 
 
@@ -133,8 +137,13 @@ class ModelRunner:
     """Runs steps for sequences that live in KV-cache slots 0..max_batch-1."""
 
     def __init__(self, model: Transformer, max_batch: int, max_len: int | None = None, track_mtp: bool = True,
-                 dflash: DflashDrafter | None = None, draft_model: Transformer | None = None):
-        """draft_model: a model of this one's tokenizer and vocabulary that drafts for it (draft_small)."""
+                 dflash: DflashDrafter | None = None, draft_model: Transformer | None = None,
+                 eagle: Eagle3Head | None = None):
+        """draft_model: a model of this one's tokenizer and vocabulary that drafts for it (draft_small).
+
+        eagle: an EAGLE-3 head trained on this model (draft_eagle); prefill and verify then also hand it
+        the hidden states of its layers.
+        """
         self.model = model.eval()
         self.dflash = dflash.eval() if dflash is not None else None  # block drafter over this model's hidden states
         model.fuse()
@@ -153,6 +162,8 @@ class ModelRunner:
                 raise ValueError(f"the draft model's vocabulary of {draft_model.cfg.vocab_size} tokens is not this "
                                  f"model's {cfg.vocab_size}")
             self.draft_model = DraftModel(draft_model, max_batch, self.max_len)
+        self.eagle = EagleDrafter(eagle, model, max_batch, self.max_len) if eagle is not None else None
+        self._taps = self.eagle.taps if self.eagle is not None else ()  # target layers Transformer.hidden hands over
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -174,6 +185,8 @@ class ModelRunner:
         self.cache.reset(slot)
         if self.draft_model is not None:
             self.draft_model.release(slot)
+        if self.eagle is not None:
+            self.eagle.release(slot)
 
     @torch.inference_mode()
     def move(self, src: int, dst: int) -> None:
@@ -184,6 +197,8 @@ class ModelRunner:
         self.seqs[dst] = self.seqs.pop(src)
         if self.draft_model is not None:
             self.draft_model.move(src, dst)
+        if self.eagle is not None:
+            self.eagle.move(src, dst)
 
     def compact(self, slots: list[int]) -> dict[int, int]:
         """Move the sequences of `slots` that sit at or past len(slots) into the free slots below; {src: dst}.
@@ -222,7 +237,7 @@ class ModelRunner:
         run_slots = [slots[i] for i in run]
         pos = torch.arange(T).expand(len(run), T)
         ctx = CacheContext.build(self.cache, run_slots, pos.to(self.device))
-        h_run = self.model.hidden(tokens.to(self.device), ctx)  # [U, T, dim]
+        h_run, taps_run = self._hidden(tokens.to(self.device), ctx)  # [U, T, dim], [U, T, n_taps * dim] | None
         last = h_run[torch.arange(len(run)), torch.tensor([lens[i] for i in run]) - 1]  # [U, dim]
         logits_run = self.model.logits_cached(last)  # [U, V]
         for i, (slot, r) in enumerate(zip(slots, rows)):
@@ -250,11 +265,19 @@ class ModelRunner:
                 seq.last_h = h[i, lens[i] - 1]
             if self.draft_model is not None:
                 self.draft_model.start(slot, prompts[i] + [first])
+            if self.eagle is not None:
+                self.eagle.start(slot, taps_run[rows[i], : lens[i]], prompts[i][1:] + [first])
             self.seqs[slot] = seq
             self.cache.lengths[slot] = lens[i]
             self.cache.mtp_lengths[slot] = 0
             firsts.append(first)
         return firsts
+
+    def _hidden(self, tokens: torch.Tensor, ctx: CacheContext) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The target's hidden states of tokens, and those entering the EAGLE-3 head's layers (None: no head)."""
+        if not self._taps:
+            return self.model.hidden(tokens, ctx), None
+        return self.model.hidden(tokens, ctx, self._taps)
 
     def _prompt_logprobs(self, h: torch.Tensor, prompt: list[int], top: int) -> tuple[TokenLogprob, ...]:
         """The log-probabilities of prompt[1:] from the hidden rows h [n - 1, dim] before each (echo's scores)."""
@@ -353,6 +376,30 @@ class ModelRunner:
             return small.step([act_slots[r] for r in rows], tokens)
 
         logits = small.catch_up(act_slots)
+        self._recurse(drafts, active, act_slots, [self.seqs[s] for s in act_slots], depths, logits, advance, replan)
+        return drafts
+
+    @torch.inference_mode()
+    def draft_eagle(self, slots: list[int], depths: list[int], replan: Replan | None = None) -> list[Draft]:
+        """Drafts of the runner's EAGLE-3 head, as target ids: its catch-up pass, then one pass per further draft
+        fed its own output (as draft_mtp; a sampled row's q is over the target's vocabulary, 0 off the head's)."""
+        depths = list(depths)
+        drafts = [Draft([], []) for _ in slots]
+        active = [i for i, d in enumerate(depths) if d > 0]
+        if not active:
+            return drafts
+        if self.eagle is None:
+            raise RuntimeError("this runner has no EAGLE-3 head (build it with ModelRunner(..., eagle=head))")
+        act_slots = [slots[i] for i in active]
+        logits, h = self.eagle.catch_up(act_slots)  # [B, V], [B, dim]
+
+        def advance(keep: list[int] | None, rows: list[int], tokens: list[int]) -> torch.Tensor:
+            nonlocal h
+            if keep is not None:
+                h = h[keep]
+            logits, h = self.eagle.step([act_slots[r] for r in rows], h, tokens)
+            return logits
+
         self._recurse(drafts, active, act_slots, [self.seqs[s] for s in act_slots], depths, logits, advance, replan)
         return drafts
 
@@ -456,7 +503,7 @@ class ModelRunner:
         tokens = torch.tensor(rows)  # [B, T]: pending token then drafts, right-padded
         base = torch.tensor([self.cache.lengths[s] for s in slots])
         ctx = CacheContext.build(self.cache, slots, (base[:, None] + torch.arange(T)).to(self.device))
-        h = self.model.hidden(tokens.to(self.device), ctx)  # [B, T, dim]
+        h, taps = self._hidden(tokens.to(self.device), ctx)  # [B, T, dim], [B, T, n_taps * dim] | None
         logits = self.model.logits_cached(h)  # [B, T, V]
         greedy_rows = logits.argmax(-1).tolist()
         margin = None
@@ -492,6 +539,8 @@ class ModelRunner:
                 seq.last_h = h[i, a]  # the row whose logits chose nxt
             if self.draft_model is not None:
                 self.draft_model.verified(slot, emitted)
+            if self.eagle is not None:  # the rows that chose each emitted token, the target's own features
+                self.eagle.verified(slot, taps[i, : a + 1], emitted)
             seq.pending = nxt
             if seq.history is not None:
                 seq.history.add(emitted)

@@ -303,9 +303,15 @@ class Transformer(nn.Module):
             return ctx.pos
         return torch.arange(tokens.shape[1], device=tokens.device).expand(tokens.shape[0], -1)
 
-    def hidden(self, tokens: torch.Tensor, ctx: CacheContext | None = None) -> torch.Tensor:
-        """Last-layer hidden states [B, T, dim] (before the final norm) of tokens [B, T]."""
+    def hidden(self, tokens: torch.Tensor, ctx: CacheContext | None = None, taps: tuple[int, ...] = ()):
+        """Last-layer hidden states [B, T, dim] (before the final norm) of tokens [B, T].
+
+        taps (an EAGLE-3 head's target layers, ascending): return (hidden, the hidden states entering
+        each of those layers side by side [B, T, len(taps) * dim]); n_layers is the last layer's output.
+        """
         x = self.model.embed_tokens(tokens)
+        if taps:
+            return self._hidden_taps(x, ctx, taps)
         if ctx is not None and getattr(self, "_fused", None) is not None:
             cos, sin = self._rope_cached(ctx.pos)
             for i, f in enumerate(self._fused):
@@ -315,6 +321,20 @@ class Transformer(nn.Module):
         for layer in self.model.layers:
             x, _ = layer(x, cos, sin, ctx)
         return x
+
+    def _hidden_taps(self, x: torch.Tensor, ctx: CacheContext | None, taps: tuple[int, ...]):
+        """hidden() keeping the residual stream entering each layer of taps (its own loop: the plain one is untouched)."""
+        fused = ctx is not None and getattr(self, "_fused", None) is not None
+        cos, sin = self._rope_cached(ctx.pos) if fused else self._rope(self._positions(x[..., 0], ctx))
+        kept = []
+        for i in range(self.cfg.n_layers):
+            kept += [x] * taps.count(i)
+            if fused:
+                x = self._layer_cached(self._fused[i], x, cos, sin, ctx, i)
+            else:
+                x, _ = self.model.layers[i](x, cos, sin, ctx)
+        kept += [x] * taps.count(self.cfg.n_layers)
+        return x, torch.cat(kept, -1)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Next-token logits [..., vocab] from main-model hidden states."""

@@ -9,7 +9,8 @@ one) moves that law far past what N samples can explain.
 The check: n * KL(empirical || exact) over the joint outcomes must stay under g_threshold(cells,
 ALPHA), a finite-sample bound (no chi-square approximation). The N sequences are independent draws
 (one generator each) and the cells are fixed by the exact law alone, so a correct runner fails a
-spec mode's check with probability at most ALPHA = 1e-7, and the file's five with at most 5e-7.
+spec mode's check with probability at most ALPHA = 1e-7, and the file's twelve (six modes, by generator and by
+seed) with at most 1.2e-6.
 Measured: correct code gives 2 to 14 against a threshold of 50.5; each of fourteen injected wiring
 bugs (q recorded without temperature or top-p, q or p one row off, the bonus from q or p[k - 1],
 the residual without q, rollback one off either way, ...) gave 180 to 860, or an outcome top-p
@@ -37,6 +38,7 @@ from met.model.config import ModelConfig
 from met.model.dflash import DflashConfig, DflashDrafter
 from met.model.transformer import Transformer
 from met.speculative.dflash_rung import DflashParams, DflashRung
+from eagle3_helpers import random_head
 
 VOCAB = 4
 WEIGHT_STD = 0.45
@@ -46,7 +48,7 @@ DEPTH = 2  # drafts per step
 L = DEPTH + 2  # tokens compared: prefill's, the first step's drafts, and its bonus when both are accepted
 N = 4000  # sequences per spec mode
 MIN_EXPECTED = 5  # outcomes expected fewer times than this share one "other" cell
-ALPHA = 1e-7  # false-failure probability of one spec mode's check; the file's five: under 1e-6
+ALPHA = 1e-7  # false-failure probability of one spec mode's check; the file's twelve: at most 1.2e-6
 
 
 def small_micro(seed: int = 0) -> Transformer:
@@ -171,14 +173,16 @@ def test_g_statistic_pools_rare_outcomes_and_is_zero_on_the_law_itself():
 
 
 @pytest.mark.parametrize("seeded", [False, True], ids=["generator", "seed"])
-@pytest.mark.parametrize("spec", ["off", "mtp", "draft", "prompt-lookup", "dflash"])
+@pytest.mark.parametrize("spec", ["off", "mtp", "draft", "prompt-lookup", "dflash", "eagle"])
 def test_speculative_sampling_is_distributed_as_plain_sampling(target, law, spec, seeded, monkeypatch):
     # the first L tokens of N sequences follow the exact law, and the drafter's drafts were both kept and refused;
     # "generator": each sequence draws from its own torch generator (the rule of a request without a seed);
     # "seed": sequence i has seed i and picks every token by its position's noise (accept.position_noise)
     drafter = random_dflash(target) if spec == "dflash" else None
     small = small_micro(seed=1) if spec == "draft" else None  # another model of the same vocabulary drafts
-    runner = ModelRunner(target, N, max_len=len(PROMPT) + L + 1, dflash=drafter, draft_model=small)
+    # an untrained EAGLE-3 head drafting over 3 of the 4 tokens: its q is 0 on the fourth, the verify's residual has it
+    head = random_head(target.cfg, draft_vocab=3, std=WEIGHT_STD) if spec == "eagle" else None
+    runner = ModelRunner(target, N, max_len=len(PROMPT) + L + 1, dflash=drafter, draft_model=small, eagle=head)
     sampling = [dataclasses.replace(SAMPLING, seed=i) for i in range(N)] if seeded else SAMPLING
     # DEPTH drafts at any batch width (the default rung drafts 1 past a width of 16)
     rung = DflashRung(DflashParams(tiers=(), wide_gamma=DEPTH, single_levels=(DEPTH,), up=())) if drafter else None
