@@ -243,6 +243,9 @@ def load_eagle3(folder: Path, target: ModelConfig, dtype: torch.dtype = torch.fl
         raise DrafterError(EX_DATAERR, f"{folder} is not a folder; an EAGLE-3 head is a folder with config.json and "
                            "model.safetensors")
     cfg, _ = read_eagle3_config(folder, target)
+    if not any(folder.glob("*.safetensors")):
+        raise DrafterError(EX_NOINPUT, f"{folder} holds no *.safetensors weights (met does not read .bin or .pth "
+                           "files: convert them to safetensors first)")
     try:
         state = _read(weight_files(folder), dtype, device)
     except RecipeError as exc:

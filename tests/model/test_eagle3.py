@@ -79,6 +79,9 @@ def test_heads_that_do_not_fit_the_target_are_refused_with_what_differs(tmp_path
     assert status == EX_DATAERR and "not an EAGLE-3 head" in message
     (tmp_path / "empty").mkdir()
     assert _status(tmp_path / "empty")[0] == EX_NOINPUT
+    (save_head(tmp_path / "bin", head) / "model.safetensors").rename(tmp_path / "bin" / "pytorch_model.bin")
+    status, message = _status(tmp_path / "bin")
+    assert status == EX_NOINPUT and "holds no *.safetensors weights" in message
 
 
 def test_a_fc_of_another_width_than_the_config_says_is_refused(tmp_path):
