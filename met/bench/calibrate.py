@@ -1,8 +1,11 @@
-"""The drafter's acceptance calibration: run the MTP drafter against the target, record and fit every judged draft.
+"""The drafter's acceptance calibration: run the drafter against the target, record and fit every judged draft.
 
-Prompts are windows of the model card's held-out files by default (code the model never trained
-on; mid-file, clear of the windows `met bench policies` runs: `calibration_windows`), or the
-user's. Each prompt is generated greedily with MTP drafts at a fixed depth; a draft is *judged*
+The drafter is the target's MTP module, or a draft model (a smaller model of its tokenizer)
+drafting in its place: a calibration holds for the drafter it was fitted on, and the planner
+refuses it for any other (its DrafterKey). Prompts are windows of the model card's held-out files
+by default (code the model never trained on; mid-file, clear of the windows `met bench policies`
+runs: `calibration_windows`), or the user's. Each prompt is generated greedily with the drafter's
+drafts at a fixed depth; a draft is *judged*
 when every draft before it in its chain was accepted, and each judged draft gives one outcome
 (its top-1 log-prob, accepted or not, its 1-based position, and the top-1 log-prob of the first
 draft of its sequence's step before: the carry-over's input; None on a sequence's first step).
@@ -17,7 +20,7 @@ from met import bounded_read
 from met.engine.prompts import PromptError, read_jsonl_prompts
 from met.engine.runner import Draft, ModelRunner, Sampling
 from met.model.corpus import calibration_windows
-from met.model.tokenizer import EOS, encode
+from met.model.tokenizer import BYTES, Tokenizer
 from met.model.transformer import Transformer
 from met.speculative.spec_cost import AcceptanceCalibration, DrafterKey
 from met.speculative.spec_cost.lookup import fit_lookup, fit_shared_lookup
@@ -88,15 +91,20 @@ def judged(draft: Draft, accepted: int, previous: float | None = None) -> Iterat
 
 def collect(model: Transformer, prompts: list[list[int]], params: CalibrationParams,
             on_batch: Callable[[int, int], None] = lambda done, total: None,
-            generations: list[tuple[list[int], list[int]]] | None = None) -> list[Outcome]:
-    """Every judged draft of greedy MTP generation over the prompts, `params.batch` at a time.
+            generations: list[tuple[list[int], list[int]]] | None = None,
+            draft_model: Transformer | None = None, eos_ids: frozenset[int] = BYTES.eos_ids) -> list[Outcome]:
+    """Every judged draft of greedy generation over the prompts, `params.batch` at a time, drafted by the model's MTP
+    module or by `draft_model`.
 
     generations: when given, each prompt as the runner saw it and the tokens generated after it are
-    appended to it (prompt lookup's calibration replays them).
+    appended to it (prompt lookup's calibration replays them). eos_ids: the tokens that end a
+    sequence (the model's tokenizer's).
     """
     longest = max(len(p) for p in prompts)
-    max_len = min(model.cfg.max_seq_len, longest + params.new_tokens + params.depth + 1)
-    runner = ModelRunner(model, params.batch, max_len)
+    limit = model.cfg.max_seq_len if draft_model is None else min(model.cfg.max_seq_len, draft_model.cfg.max_seq_len)
+    max_len = min(limit, longest + params.new_tokens + params.depth + 1)
+    runner = ModelRunner(model, params.batch, max_len, track_mtp=draft_model is None, draft_model=draft_model)
+    propose = runner.draft_mtp if draft_model is None else runner.draft_small
     outcomes: list[Outcome] = []
     for start in range(0, len(prompts), params.batch):
         batch = [p[-(max_len - params.depth - 2):] for p in prompts[start: start + params.batch]]
@@ -108,14 +116,15 @@ def collect(model: Transformer, prompts: list[list[int]], params: CalibrationPar
         while live:
             depths = [max(0, min(params.depth, runner.room(s), params.new_tokens - len(generated[s]) - 1))
                       for s in live]
-            drafts = runner.draft_mtp(live, depths)
+            drafts = propose(live, depths)
             results = runner.verify(live, drafts)
             still = []
             for slot, draft, result in zip(live, drafts, results):
                 outcomes.extend(judged(draft, result.accepted, previous[slot]))
                 previous[slot] = draft.confidences[0] if draft.confidences else None
                 generated[slot] += result.tokens
-                if len(generated[slot]) >= params.new_tokens or EOS in result.tokens or runner.room(slot) < 1:
+                if len(generated[slot]) >= params.new_tokens or eos_ids.intersection(result.tokens) or \
+                        runner.room(slot) < 1:
                     runner.release(slot)
                 else:
                     still.append(slot)
@@ -128,15 +137,18 @@ def collect(model: Transformer, prompts: list[list[int]], params: CalibrationPar
 
 def calibrate(model: Transformer, texts: list[str], drafter: DrafterKey, params: CalibrationParams,
               meta: dict[str, object] | None = None,
-              on_batch: Callable[[int, int], None] = lambda done, total: None) -> AcceptanceCalibration:
+              on_batch: Callable[[int, int], None] = lambda done, total: None,
+              draft_model: Transformer | None = None, tokenizer: Tokenizer = BYTES) -> AcceptanceCalibration:
     """Fit the drafter's AcceptanceCalibration on greedy generation from `texts` (SpecCostError if too few drafts).
 
+    draft_model: it drafts instead of the model's MTP module (`drafter` is then its key). tokenizer:
+    the model's, which encodes the texts (each cut to prompt_bytes tokens) and ends sequences.
     Prompt lookup's bins are fitted on the same generations (met.speculative.spec_cost.lookup): the
     history's own copies, and other requests' (each generation against the ones before it, in order).
     """
-    prompts = [encode(t)[: params.prompt_bytes] or [0] for t in texts]
+    prompts = [tokenizer.encode(t)[: params.prompt_bytes] or [0] for t in texts]
     generations: list[tuple[list[int], list[int]]] = []
-    outcomes = collect(model, prompts, params, on_batch, generations)
+    outcomes = collect(model, prompts, params, on_batch, generations, draft_model, tokenizer.eos_ids)
     info = {"prompts": len(prompts), "prompt_bytes": params.prompt_bytes, "new_tokens": params.new_tokens,
             "depth": params.depth, "acceptance": "greedy (target argmax)", **(meta or {})}
     return AcceptanceCalibration.fit(outcomes, drafter, info, fit_lookup(generations), fit_shared_lookup(generations))

@@ -20,6 +20,9 @@ its own: a run's first step drafts after the prompt, so its draft beyond the run
 (a typical draft: the median, so one slow draft does not hide it), over the prompt's rows,
 is the cell's catchup_s (the median over repeats), which the planner prices for sequences whose
 MTP block is far behind.
+The drafter is the model's MTP module, or a draft model (a smaller model of the target's tokenizer
+with a KV cache of its own) drafting in its place through the same fixed policy: its first step
+catches it up on the whole prompt, as the MTP block's does.
 A copy verify cell (n, k), at every depth from 1, is such a decode verifying k copies per
 sequence every step and drafting nothing (policy_lookup.CopyFixedPolicy: each sequence's history's
 matched copy, cycled, else its last tokens), its steps counted and timed as the others' (the host
@@ -94,43 +97,50 @@ def run_cell(runner: ModelRunner, model_id: str, prompts: Sequence[Sequence[int]
              tokens: int = LOOP_TOKENS, tokenizer: Tokenizer = BYTES, copies: bool = False) -> CellRun:
     """One decode of len(prompts) requests (the runner's width) at a fixed depth: its counted steps and catch-up.
 
-    copies: verify `depth` copies every step, no drafter pass (a copy verify cell; no catch-up).
+    The runner's draft model drafts where it has one, else its MTP module. copies: verify `depth`
+    copies every step, no drafter pass (a copy verify cell; no catch-up).
     """
     width = runner.cache.max_batch
     if len(prompts) != width:
         raise ValueError(f"{len(prompts)} prompts for a runner of width {width}")
     pools = VerifyPools(((width, depth),))  # no pool clamp: every sequence drafts `depth`
+    drafter = "mtp" if runner.draft_model is None else "draft"
     policy: Policy = PlainPolicy()
     if depth and copies:
         policy = CopyFixedPolicy(depth, pools)
     elif depth:
-        policy = MtpFixedPolicy(depth, runner.model.cfg.mtp_depth, pools)
+        policy = MtpFixedPolicy(depth, runner.model.cfg.mtp_depth if drafter == "mtp" else depth, pools, drafter)
     _, _, recorder, _ = policies.run_once(runner, policy, model_id, prompts, tokens, tokenizer)
     counted = counted_steps(recorder.steps, width, depth)
     if copies:
         return CellRun(counted, None)
-    rows = statistics.mean(len(p) for p in prompts)  # a prompt's catch-up: its tokens after the first, then one
+    # a prompt's catch-up: the MTP block's, its tokens after the first, then one; a draft model's, every token
+    rows = statistics.mean(len(p) + (drafter == "draft") for p in prompts)
     return CellRun(counted, catch_up_per_row(recorder.steps, counted, width, depth, rows))
 
 
 def measure_in_loop(model: Transformer, model_id: str, prompts: Sequence[Sequence[int]], params: SweepParams,
                     on_run: Callable[[int, int, str], None] = lambda done, total, label: None,
-                    tokenizer: Tokenizer = BYTES) -> SweepResult:
+                    tokenizer: Tokenizer = BYTES, draft_model: Transformer | None = None) -> SweepResult:
     """Every cell of the sweep timed in running decodes of `prompts` (at least max(widths) of them).
 
     `tokenizer` is the model's: its EOS ids end requests and its decoder streams their text.
-    NothingTimed if a cell's decode ends before a step can be counted.
+    draft_model: it drafts the cells' drafts instead of the MTP module. NothingTimed if a cell's
+    decode ends before a step can be counted.
     """
     if len(prompts) < max(params.widths):
         raise ValueError(f"{len(prompts)} prompts for widths up to {max(params.widths)}")
     longest = max(len(p) for p in prompts[: max(params.widths)])
     deepest = params.deepest_verify
     max_len = longest + LOOP_TOKENS + deepest + 1
-    if max_len > model.cfg.max_seq_len:
-        raise ValueError(f"prompts of {longest} tokens + {LOOP_TOKENS} decoded + depth {deepest} + 1 "
-                         f"exceed the model's max_seq_len {model.cfg.max_seq_len}; lower --context-len "
-                         "(or --verify-depth)")
-    runners = {n: ModelRunner(model, n, max_len) for n in params.widths}
+    models = [("model", model)] + ([("draft model", draft_model)] if draft_model is not None else [])
+    for whose, m in models:
+        if max_len > m.cfg.max_seq_len:
+            raise ValueError(f"prompts of {longest} tokens + {LOOP_TOKENS} decoded + depth {deepest} + 1 "
+                             f"exceed the {whose}'s max_seq_len {m.cfg.max_seq_len}; lower --context-len "
+                             "(or --verify-depth)")
+    runners = {n: ModelRunner(model, n, max_len, track_mtp=draft_model is None, draft_model=draft_model)
+               for n in params.widths}
     # a cell's decode times its verify and its draft; a copy's decode its verify
     runs = [t for t in tasks(params) if t.step != "draft"]
     total = len(runs) * (params.repeats + 1)
@@ -187,7 +197,8 @@ def measure_in_loop(model: Transformer, model_id: str, prompts: Sequence[Sequenc
 
 def _run(runner: ModelRunner, model_id: str, prompts: Sequence[Sequence[int]], task: Task,
          tokenizer: Tokenizer) -> CellRun:
-    """The decode of a cell (MTP drafts, or plain at k = 0) or of a copy verify cell (copies) on its width's runner."""
+    """The decode of a cell (the drafter's drafts, or plain at k = 0) or of a copy verify cell (copies) on its width's
+    runner."""
     return run_cell(runner, model_id, prompts[: task.n], task.k, tokenizer=tokenizer, copies=task.step == "copy")
 
 

@@ -1,8 +1,9 @@
 """`met bench spec-cost`: measure the cost table (and the drafter's calibration) of this box and write them safely.
 
-The command parses, takes the table's lock, opens the meter, loads the recipe, runs the sweep
-(met.bench.sweep) and the calibration (met.bench.calibrate), and writes both atomically
-(met.bench.table_files); every refusal is one line on stderr and a documented exit status.
+The command parses, takes the table's lock, opens the meter, loads the recipe (and the draft model
+that drafts for it, if one is given), runs the sweep (met.bench.sweep, met.bench.loop_sweep) and
+the calibration (met.bench.calibrate), and writes both atomically (met.bench.table_files); every
+refusal is one line on stderr and a documented exit status.
 """
 
 from __future__ import annotations  # the heavy types are imported where they are used: `met --help` needs none
@@ -44,10 +45,16 @@ EX_USAGE = 2  # what click answers a bad option with; the command uses it for ba
 RecipeOpt = Annotated[str, typer.Option(
     "--recipe", "--model", parser=nonempty_model,
     help="Embedded recipe name, or a Hugging Face checkpoint folder (Llama, Mistral, Qwen2, Qwen3), to measure "
-    "(a model without an MTP module: plain decode cells only, k = 0).")]
+    "(a model without an MTP module and no --draft-model: plain decode cells only, k = 0).")]
 DrafterOpt = Annotated[str, typer.Option(
     "--drafter", help="Whose draft step to time: mtp (the recipe's MTP module) or dflash (its DFlash block drafter, "
     "<recipe>.dflash.safetensors beside its weights; table <recipe>.dflash.toml, no calibration).")]
+DraftModelOpt = Annotated[str | None, typer.Option(
+    "--draft-model", parser=nonempty_model,
+    help="Time this draft model's draft step instead of the MTP module's: an embedded recipe name (e.g. "
+    "met-tiny-py-draft) or a checkpoint folder with the recipe's tokenizer (table "
+    "<recipe>.draft-<draft model>.toml, calibrated on its drafts; as met generate --spec draft).",
+    show_default=False)]
 BoxClassOpt = Annotated[str | None, typer.Option(
     "--box-class", help="Box class the table is keyed by (default: derived, e.g. nvidia-h200x1, cpu-amd-epyc-2t).",
     show_default=False)]
@@ -59,7 +66,8 @@ WidthsOpt = Annotated[str | None, typer.Option(
     "--widths", help="Batch widths, comma-separated (default: 1,2,4,8,16; --quick: 1,2).", show_default=False)]
 DepthOpt = Annotated[int | None, typer.Option(
     "--max-depth", min=0, max=16,
-    help="Deepest draft depth k; cells 0..=k (default: 4; --quick: 2; 0 for a model without an MTP module).",
+    help="Deepest draft depth k; cells 0..=k (default: 4; --quick: 2; 0 for a model with neither an MTP module "
+    "nor --draft-model).",
     show_default=False)]
 VerifyDepthOpt = Annotated[int | None, typer.Option(
     "--verify-depth", min=0, max=16,
@@ -67,7 +75,7 @@ VerifyDepthOpt = Annotated[int | None, typer.Option(
          "sequence's history, no drafter pass), which the measured planner prices copies at, at each depth apart "
          "from the MTP cells' verify; at each width no deeper than it copies there (spec_capacity.COPY_POOLS: 16 at "
          "width 1, 8 at 2, 6 at 3-4, 4 at 5-8, 2 at 9-16) (default: 16; --quick: 3; 0: none; --drafter dflash and "
-         "a model without an MTP module measure none and refuse a depth).", show_default=False)]
+         "a model without an MTP module or --draft-model measure none and refuse a depth).", show_default=False)]
 ContextOpt = Annotated[int | None, typer.Option(
     "--context-len", min=1,
     help="Tokens in the first sequence's KV cache while timing; sequence i holds i fewer, a ragged batch "
@@ -86,15 +94,16 @@ EnergyOpt = Annotated[str, typer.Option(
     "rapl, none.")]
 CalibrateOpt = Annotated[bool | None, typer.Option(
     "--calibrate/--no-calibrate", help="Also fit the drafter's acceptance calibration (written beside the table) "
-    "(default: when the model has an MTP drafter).", show_default=False)]
+    "(default: when the model has an MTP drafter, or with --draft-model).", show_default=False)]
 PromptsOpt = Annotated[Path | None, typer.Option(
     "--calibration-prompts", parser=nonempty_path,
     help="Calibration prompts: a JSON Lines file (strings or {\"prompt\": ...}) or a folder of text files "
     "(default: 128 mid-file windows of the model card's held-out files).", show_default=False)]
 OutOpt = Annotated[Path | None, typer.Option(
     "--out", parser=nonempty_path,
-    help="Table file (default: tables/<box_class>/<recipe>.toml); the calibration goes to "
-    "<out>.calibration.toml with .toml dropped.", show_default=False)]
+    help="Table file (default: tables/<box_class>/<recipe>.toml; --draft-model: "
+    "<recipe>.draft-<draft model>.toml there); the calibration goes to <out>.calibration.toml with .toml dropped.",
+    show_default=False)]
 QuickOpt = Annotated[bool, typer.Option(
     "--quick", help="A small sweep for tests and smoke runs (seconds), marked quick = true in its [meta]; needs an "
     "--out outside any tables/ folder (exit 2 otherwise), so it never replaces a table a serve plans from.")]
@@ -152,6 +161,7 @@ def parse_widths(text: str) -> tuple[int, ...]:
 def spec_cost(
     recipe: RecipeOpt = DEFAULT_RECIPE,
     drafter: DrafterOpt = "mtp",
+    draft_model: DraftModelOpt = None,
     box_class_: BoxClassOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
@@ -169,7 +179,7 @@ def spec_cost(
     quiet: QuietOpt = False,
     replace_: ReplaceOpt = False,
 ) -> None:
-    """Measure what a verify step and an MTP draft step cost at each width and depth on this box; write the table.
+    """Measure what a verify step and a draft step cost at each width and depth on this box; write the table.
 
     Without an energy source (--energy none, or auto where none works) the cells are timed inside
     running decodes: per cell, held-out prompts (in the model's own tokenizer) through the
@@ -187,31 +197,42 @@ def spec_cost(
     both written out before either is replaced; a symlinked --out has its target replaced), so
     cron may run it unattended. When a table is already there, each cell's change is printed; a
     file there that is no met table, or the table of another box class or model, is refused
-    before measuring unless --replace is given. A checkpoint folder (--model PATH)
-    has no MTP drafter: its table holds the plain decode cells (k = 0) of each width, its recipe
-    is the folder's model name and the digest of its weights and config, and no calibration is
-    written. --drafter
-    dflash times the recipe's DFlash block drafter instead of its MTP module (one pass whatever
-    k; mode draft_dflash, its digest covering the drafter's config) and writes
-    <recipe>.dflash.toml, without a calibration.
+    before measuring unless --replace is given. A checkpoint folder (--model PATH) has no MTP
+    drafter: without --draft-model its table holds the plain decode cells (k = 0) of each width,
+    its recipe is the folder's model name and the digest of its weights and config, and no
+    calibration is written. --drafter dflash times the recipe's DFlash block drafter instead of its
+    MTP module (one pass whatever k; mode draft_dflash, its digest covering the drafter's config)
+    and writes <recipe>.dflash.toml, without a calibration. --draft-model NAME|PATH times a draft
+    model's draft step instead (a smaller model of the recipe's tokenizer and vocabulary with a KV
+    cache of its own, as met generate --spec draft drafts with; its catch-up after a drafting step
+    is at most 2 rows, its last draft and the bonus token): mode draft_model, its digest covering
+    the draft model's recipe and config, cells as deep as --max-depth whether or not the recipe has
+    an MTP module, written to <recipe>.draft-<draft model>.toml, its calibration fitted on the
+    draft model's drafts (drafter kind draft) beside it. It is what met serve --spec-cost-model
+    measured plans from when it drafts with that draft model.
 
-    Exit statuses: 0 table (and calibration) written; 2 bad option value (and --quick without --out, or
-    with an --out inside a tables/ folder: nothing is written); 65 (EX_DATAERR) nothing
-    written: the calibration prompts are invalid or gave too few judged drafts, or the measured
-    table did not validate, or the checkpoint folder cannot be loaded (unsupported architecture);
-    66 (EX_NOINPUT) the recipe's weights, the folder or the calibration prompts are missing;
-    69 (EX_UNAVAILABLE) the energy source asked for does not work here (the reason is printed);
-    73 (EX_CANTCREAT) the table cannot be written there (--out is a folder, a FIFO, a device or a socket,
-    or a symbolic link to nothing, or its folder, lock file or file cannot be created, a full disk
-    included, or a file there is no met table and --replace was not given): the table
-    there before is untouched; 75 (EX_TEMPFAIL) another run holds the table's lock: nothing was
-    touched, try later; 78 (EX_CONFIG) --out holds the table of another box class or model and
-    --replace was not given: nothing was measured; 130 interrupted (Ctrl-C): the table and its
-    calibration are each whole, as they were or as the run wrote them (SIGTERM, SIGKILL: the same,
-    unannounced).
+    Exit statuses: 0 table (and calibration) written; 2 bad option value (and --quick without
+    --out, or with an --out inside a tables/ folder, or --draft-model with --drafter dflash:
+    nothing is written); 65 (EX_DATAERR) nothing written: the calibration prompts are invalid or
+    gave too few judged drafts, or the measured table did not validate, or the checkpoint folder
+    cannot be loaded (unsupported architecture), or the draft model has another tokenizer or
+    vocabulary than the recipe's; 66 (EX_NOINPUT) the recipe's weights, the folder, the draft
+    model or the calibration prompts are missing; 69 (EX_UNAVAILABLE) the energy source asked for
+    does not work here (the reason is printed); 73 (EX_CANTCREAT) the table cannot be written there
+    (--out is a folder, a FIFO, a device or a socket, or a symbolic link to nothing, or its folder,
+    lock file or file cannot be created, a full disk included, or a file there is no met table and
+    --replace was not given): the table there before is untouched; 75 (EX_TEMPFAIL) another run
+    holds the table's lock: nothing was touched, try later; 78 (EX_CONFIG) --out holds the table of
+    another box class or model (or of another draft model, or of none where this run measures one,
+    or the reverse) and --replace was not given: nothing was measured; 130 interrupted (Ctrl-C):
+    the table and its calibration are each whole, as they were or as the run wrote them (SIGTERM,
+    SIGKILL: the same, unannounced).
     """
     if drafter not in ("mtp", "dflash"):
         raise typer.BadParameter(f"{drafter!r} is not one of mtp, dflash", param_hint="--drafter")
+    if drafter == "dflash" and draft_model is not None:
+        raise typer.BadParameter("--draft-model times a draft model's step and --drafter dflash a DFlash block "
+                                 "drafter's; a table prices one drafter: drop one of them", param_hint="--draft-model")
     if drafter == "dflash" and calibrate:
         raise typer.BadParameter("the calibration is fitted for the MTP drafter only; drop --calibrate",
                                  param_hint="--calibrate")
@@ -254,11 +275,11 @@ def spec_cost(
     cal_params = replace(cal.QUICK_CALIBRATION if quick else cal.CalibrationParams(), depth=max(1, params.max_depth))
     try:
         name = recipe_name(recipe)  # a folder's model name, from its config.json; the weights are read later
+        draft_name = recipe_name(draft_model) if draft_model is not None else None
     except RecipeError as exc:
         _fail(exc.status, str(exc))
-    suffix = ".dflash.toml" if drafter == "dflash" else ".toml"
     calibrated = cal_params if calibrate is not False and drafter == "mtp" else None
-    given = out or Path("tables") / box / f"{name}{suffix}"
+    given = out or _default_out(box, name, drafter, draft_name)
     try:  # a symlinked --out: both files go beside its target; a dangling link is refused
         target = resolve_out(given)
         cal_target = resolve_out(calibration_path(target))
@@ -266,7 +287,7 @@ def spec_cost(
         _fail(EX_CANTCREAT, f"{exc}; nothing was measured")
     request = Request(recipe, box_class_, settings, params, energy, calibrated, calibration_prompts, target,
                       cal_target, max_depth is not None, calibrate is True, drafter, box, replace_,
-                      verify_depth is not None, quick)
+                      verify_depth is not None, quick, draft_model, draft_name)
     raise_on_sigint()  # from here a Ctrl-C leaves the table and calibration whole, and says so
     try:
         with TableLock(request.out), Reporter(quiet) as reporter:
@@ -304,6 +325,8 @@ class Request:
     overwrite: bool = False  # --replace: write over a file that is no table of ours, or of another box or model
     verify_depth_given: bool = False  # --verify-depth was passed (likewise)
     quick: bool = False  # --quick: the table's [meta] says so (quick = true), and a serve warns that it plans from it
+    draft_model: str | None = None  # --draft-model as given: its draft step is timed instead of the MTP module's
+    draft_name: str | None = None  # its name, which the default table's file name carries
 
 
 def _fail(code: int, message: str) -> None:
@@ -328,19 +351,43 @@ def _refuse_foreign(req: Request, old: Existing) -> None:
                       "nothing was measured; pass another --out, --no-calibrate, or --replace to overwrite it")
 
 
-def _refuse_other_key(req: Request, old: Existing, name: str) -> None:
-    """Refusal 78 if --out holds the table of another box class or model (unless --replace).
+def _default_out(box: str, name: str, drafter: str, draft_name: str | None) -> Path:
+    """Where the table goes without --out: tables/<box>/<recipe>.toml, .dflash.toml, or .draft-<draft model>.toml
+    (where the measured boot looks for it: measured_boot.default_table, which imports this module)."""
+    suffix = ".dflash" if drafter == "dflash" else "" if draft_name is None else f".draft-{draft_name}"
+    return Path(TABLES) / box / f"{name}{suffix}.toml"
 
-    A changed plan digest or weights digest is what a re-measure is for, so only the box class and
-    the recipe's name are compared. Checked before measuring: a refusal costs nothing.
+
+def _refuse_other_key(req: Request, old: Existing, name: str) -> None:
+    """Refusal 78 if --out holds the table of another box class, model or draft model (unless --replace).
+
+    A changed plan digest or weights digest is what a re-measure is for, so only the box class, the
+    recipe's name and the draft model's name (none for a table of the MTP module's drafts) are
+    compared. Checked before measuring: a refusal costs nothing.
     """
     if old.table is None or req.overwrite:
         return
     key = old.table.key
-    if (key.box_class, key.recipe.split("@", 1)[0]) != (req.box, name):
-        raise Refusal(EX_CONFIG, f"{req.out} holds the table of box_class '{key.box_class}', recipe '{key.recipe}'; "
-                      f"this run measures box_class '{req.box}', recipe '{name}'; nothing was measured; pass another "
-                      f"--out (the default is tables/{req.box}/{name}.toml), or --replace to overwrite it")
+    theirs = _draft_model_of(old.table)
+    if (key.box_class, key.recipe.split("@", 1)[0], theirs) != (req.box, name, req.draft_name):
+        raise Refusal(EX_CONFIG, f"{req.out} holds the table of {_measured(key.box_class, key.recipe, theirs)}; "
+                      f"this run measures {_measured(req.box, name, req.draft_name)}; nothing was measured; pass "
+                      f"another --out (the default is {_default_out(req.box, name, req.drafter, req.draft_name)}), "
+                      "or --replace to overwrite it")
+
+
+def _draft_model_of(table: CostTable) -> str | None:
+    """The name of the draft model the table was measured for (its [meta] draft_model, written also at --max-depth
+    0); None for a table of another drafter's steps, or of plain decode alone."""
+    drafted = table.meta.get("draft_model")
+    if isinstance(drafted, str):
+        return drafted.split("@", 1)[0]
+    return "(unnamed)" if "draft_model" in table.key.modes else None
+
+
+def _measured(box: str, recipe: str, draft: str | None) -> str:
+    """"box_class 'b', recipe 'r'", and ", draft model 'd'" where one drafted."""
+    return f"box_class '{box}', recipe '{recipe}'" + (f", draft model '{draft}'" if draft is not None else "")
 
 
 def _run(req: Request, reporter: Reporter) -> None:
@@ -352,7 +399,8 @@ def _run(req: Request, reporter: Reporter) -> None:
     from met.bench.sweep import check_fits
     from met.bench.table_files import check_writable, read_existing
     from met.engine import heap
-    from met.engine.identity import mtp_drafter_key
+    from met.engine.identity import draft_model_drafter_key, mtp_drafter_key
+    from met.model.sources import tokenizer_for
     from met.speculative.spec_cost import SpecCostError
 
     for path in (req.out, req.calibration_out) if req.calibration is not None else (req.out,):
@@ -371,49 +419,58 @@ def _run(req: Request, reporter: Reporter) -> None:
     reporter.say(f"energy source: {meter.source}" + (f" ({note})" if note else ""))
     params = replace(req.params, window_s=max(req.params.window_s, meter.min_window_s))
     recipe = _recipe(req.recipe)
+    draft = _draft_recipe(recipe, req.draft_model) if req.draft_model is not None else None
     _refuse_other_key(req, old, recipe.name)
     calibration_params = req.calibration
     block = _block_drafter(recipe, req.settings) if req.drafter == "dflash" else None
-    if block is None and not recipe.config.mtp_depth:
+    if block is None and draft is None and not recipe.config.mtp_depth:
         params, calibration_params = _without_drafter(req, recipe, params), None
         reporter.say(f"{recipe.name} has no MTP drafter: measuring plain decode (k = 0) only, no calibration")
     try:
-        check_fits(recipe.config, params, block.block if block is not None else None)
+        check_fits(recipe.config, params, block.block if block is not None else None,
+                   draft.config if draft is not None else None)
     except ValueError as exc:
         raise Refusal(EX_USAGE, str(exc)) from None
     texts = _prompts(req.prompts, calibration_params) if calibration_params else []
-    model = recipe.load(getattr(torch, req.settings.dtype), req.settings.device)
+    dtype = getattr(torch, req.settings.dtype)
+    model = recipe.load(dtype, req.settings.device)
+    small = draft.load(dtype, req.settings.device) if draft is not None else None
     heap.settle()  # steps timed as met serve runs them: no full collector pass over the model's heap
-    table = _sweep(req, params, recipe, model, meter, reporter, block)
+    table = _sweep(req, params, recipe, model, meter, reporter, block, draft, small)
     calibration = None
     if calibration_params:
-        reporter.say(f"calibrating drafter mtp '{recipe.name}' on {len(texts)} prompts")
+        key = mtp_drafter_key(recipe) if draft is None else draft_model_drafter_key(draft)
+        reporter.say(f"calibrating drafter {key.kind} '{key.name}' on {len(texts)} prompts")
         try:
-            calibration = cal.calibrate(model, texts, mtp_drafter_key(recipe), calibration_params,
+            calibration = cal.calibrate(model, texts, key, calibration_params,
                                         {"when": table.meta["when"], "met_version": __version__},
-                                        lambda done, total: reporter.step("calibration", done, total, "prompts"))
+                                        lambda done, total: reporter.step("calibration", done, total, "prompts"),
+                                        small, tokenizer_for(recipe))
         except SpecCostError as exc:
             raise Refusal(EX_DATAERR, f"calibration failed, so nothing was written: {exc}") from None
     _write(req.out, req.calibration_out, old, table, calibration, reporter)
 
 
 def _sweep(req: Request, params: SweepParams, recipe: Recipe, model: torch.nn.Module, meter: Meter,
-           reporter: Reporter, block: DflashDrafter | None = None) -> CostTable:
-    """The measured table, validated exactly as a reader will parse it."""
+           reporter: Reporter, block: DflashDrafter | None = None, draft: Recipe | None = None,
+           small: torch.nn.Module | None = None) -> CostTable:
+    """The measured table, validated exactly as a reader will parse it (draft, small: the draft model's recipe and
+    model, drafting instead of the MTP module)."""
     import torch
 
     from met.bench.loop_sweep import NothingTimed, measure_in_loop
     from met.bench.meters import EnergyReadError
     from met.bench.sweep import measure
-    from met.engine.identity import device_name, serve_table_key
+    from met.engine.identity import DRAFT_MODEL_MODES, device_name, draft_model_config, serve_table_key
     from met.speculative.spec_cost import CostTable, TableParseError
 
     s = req.settings
     loop = _loop_prompts(recipe, params) if meter.source == "none" and block is None else None
     how = "a short decode per cell, timed in the loop" if loop else f"{params.window_s:g} s windows"
     copies = f", copies verified at depths 1..={params.deepest_copy}" if params.deepest_copy else ""
-    reporter.say(f"measuring {recipe.id} on {device_name(s.device)} ({s.device}, {s.dtype}, {s.threads} threads): "
-                 f"widths {','.join(map(str, params.widths))}, depths 0..={params.max_depth}{copies}, "
+    drafted = f" drafted by {draft.id}" if draft is not None else ""
+    reporter.say(f"measuring {recipe.id}{drafted} on {device_name(s.device)} ({s.device}, {s.dtype}, {s.threads} "
+                 f"threads): widths {','.join(map(str, params.widths))}, depths 0..={params.max_depth}{copies}, "
                  f"{params.repeats} repeats of {how}")
     started = time.perf_counter()
 
@@ -425,22 +482,26 @@ def _sweep(req: Request, params: SweepParams, recipe: Recipe, model: torch.nn.Mo
         if loop:
             try:
                 prompts, tokenizer = loop
-                result = measure_in_loop(model, recipe.id, prompts, params, progress, tokenizer)
+                result = measure_in_loop(model, recipe.id, prompts, params, progress, tokenizer, small)
             except NothingTimed as exc:  # the model ends its requests at once: time the steps held instead
                 reporter.say(f"in the loop, {exc}; timing every cell in {params.window_s:g} s windows instead")
         if result is None:
-            result = measure(model, meter, params, progress, block)
+            result = measure(model, meter, params, progress, block, small)
     except EnergyReadError as exc:
         raise Refusal(EX_UNAVAILABLE, f"the energy source stopped giving usable readings: {exc}") from None
     except ValueError as exc:  # the in-loop decode does not fit the model's context
         raise Refusal(EX_USAGE, str(exc)) from None
-    draft_mode = "draft_dflash" if block is not None else "draft_mtp"
-    modes = ("decode", "verify", draft_mode) if params.max_depth else ("decode",)
-    key = serve_table_key(recipe.id, recipe.config, s, meter.source, modes, req.box_override,
-                          asdict(block.cfg) if block is not None else None)
+    if draft is not None:
+        modes, drafter = DRAFT_MODEL_MODES, draft_model_config(draft)
+    else:
+        modes = ("decode", "verify", "draft_dflash" if block is not None else "draft_mtp")
+        drafter = asdict(block.cfg) if block is not None else None
+    key = serve_table_key(recipe.id, recipe.config, s, meter.source, modes if params.max_depth else ("decode",),
+                          req.box_override, drafter)
     meta = {"when": dt.datetime.now(dt.UTC).replace(microsecond=0), "met_version": __version__,
             "torch_version": torch.__version__, "python_version": platform.python_version(),
             "device": device_name(s.device), "dtype": s.dtype, "threads": s.threads,
+            **({"draft_model": draft.id} if draft is not None else {}),
             "sweep_s": round(time.perf_counter() - started, 1), **result.meta, **meter.info(),
             **({"quick": True} if req.quick else {})}
     try:
@@ -498,6 +559,16 @@ def _recipe(name: str) -> Recipe:
         return resolve(name) if is_path(name) else embedded(name)
     except RecipeError as exc:
         raise Refusal(exc.status, str(exc)) from None
+
+
+def _draft_recipe(recipe: Recipe, spec: str) -> Recipe:
+    """The draft model's recipe; Refusal 65 if its tokenizer or vocabulary is not the recipe's, 66 if it is missing."""
+    from met.model.sources import draft_model_for
+
+    try:
+        return draft_model_for(recipe, spec)
+    except RecipeError as exc:
+        raise Refusal(exc.status, f"--draft-model {spec}: {exc}") from None
 
 
 def _block_drafter(recipe: Recipe, settings: RunSettings) -> DflashDrafter:

@@ -1,9 +1,10 @@
 """A StepFixture: sequences held in a fixed state so the same draft or verify step can be timed again and again.
 
-A step changes the runner's state (cache lengths, the pending token, the MTP catch-up rows),
-so timing many identical steps needs the state put back before each one. The fixture saves
-each slot's state once and restores it before every step; the KV entries a step writes are
-rewritten identically by the next repetition, and a step's cost does not depend on them.
+A step changes the runner's state (cache lengths, the pending token, the MTP catch-up rows, a
+draft model's cache length and the tokens it has yet to take), so timing many identical steps
+needs the state put back before each one. The fixture saves each slot's state once and restores
+it before every step; the KV entries a step writes are rewritten identically by the next
+repetition, and a step's cost does not depend on them.
 """
 
 from dataclasses import dataclass
@@ -13,17 +14,21 @@ import torch
 from met.engine.runner import Draft, ModelRunner, Sampling
 
 GREEDY = Sampling()
+DRAFTERS = ("mtp", "dflash", "draft")  # the MTP module, a DFlash block drafter, a draft model
 
 
 @dataclass(frozen=True, slots=True)
 class SlotState:
-    """What a step changes in one slot: cache lengths, the pending token and the MTP catch-up rows."""
+    """What a step changes in one slot: cache lengths, the pending token, the MTP catch-up rows and the draft
+    model's."""
 
     length: int
     mtp_length: int
     pending: int
     catchup_h: tuple[torch.Tensor, ...]  # each [dim]
     catchup_tok: tuple[int, ...]
+    draft_length: int = 0  # the draft model's cache length (0 without one)
+    draft_behind: tuple[int, ...] = ()  # the tokens its next draft step catches up on
 
 
 class StepFixture:
@@ -33,15 +38,19 @@ class StepFixture:
     plain decode steps, so the MTP block has up to that many rows to catch up on before a draft (as
     after a step that emitted that many tokens); a draft step names how many of them it gets.
     drafter "dflash": the runner's DFlash block drafter makes the drafts instead (its step reads the
-    state and changes none of it). `copies` gives drafts no drafter made, for the copies' verify cells.
+    state and changes none of it); "draft": the runner's draft model, which catches up on the prompt
+    as the MTP block does and then has the same rows to take. `copies` gives drafts no drafter made,
+    for the copies' verify cells.
     """
 
     def __init__(self, runner: ModelRunner, prompts: list[list[int]], catchup_rows: int = 1,
                  drafter: str = "mtp") -> None:
         if catchup_rows < 1:
             raise ValueError(f"catchup_rows must be at least 1 (the bonus token's row), got {catchup_rows}")
-        if drafter not in ("mtp", "dflash"):
-            raise ValueError(f"drafter must be mtp or dflash, got {drafter!r}")
+        if drafter not in DRAFTERS:
+            raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {drafter!r}")
+        if drafter == "draft" and runner.draft_model is None:
+            raise ValueError("drafter 'draft' needs a runner with a draft model (ModelRunner(..., draft_model=...))")
         self.runner = runner
         self.drafter = drafter
         self.slots = list(range(len(prompts)))
@@ -51,6 +60,8 @@ class StepFixture:
         runner.prefill(self.slots, prompts, [GREEDY] * len(prompts))
         if runner.track_mtp:
             runner.draft_mtp(self.slots, [1] * len(self.slots))  # the MTP block catches up on the prompt
+        if runner.draft_model is not None:
+            runner.draft_small(self.slots, [1] * len(self.slots))  # and the draft model, in its own cache
         for _ in range(catchup_rows):
             runner.verify(self.slots, [Draft([], []) for _ in self.slots])
         self.saved = [self.state(slot) for slot in self.slots]
@@ -58,17 +69,19 @@ class StepFixture:
 
     def state(self, slot: int) -> SlotState:
         """The slot's state now (what restore puts back)."""
-        seq, cache = self.runner.seqs[slot], self.runner.cache
+        seq, cache, small = self.runner.seqs[slot], self.runner.cache, self.runner.draft_model
+        drafted = (small.cache.lengths[slot], tuple(small.behind[slot])) if small is not None else ()
         return SlotState(cache.lengths[slot], cache.mtp_lengths[slot], seq.pending,
-                         tuple(seq.catchup_h), tuple(seq.catchup_tok))
+                         tuple(seq.catchup_h), tuple(seq.catchup_tok), *drafted)
 
     def restore(self, width: int, rows: int | None = None) -> None:
         """Put slots 0..width-1 back into the saved state, with only the last `rows` catch-up rows pending.
 
-        rows None: all of them. A step's cost does not depend on the MTP block's cached entries for
-        the rows left out (they were never computed), only on how many rows it catches up on.
+        rows None: all of them. A step's cost does not depend on the MTP block's (or the draft model's)
+        cached entries for the rows left out (they were never computed), only on how many rows it
+        catches up on.
         """
-        cache = self.runner.cache
+        cache, small = self.runner.cache, self.runner.draft_model
         for slot in range(width):
             state, seq = self.saved[slot], self.runner.seqs[slot]
             keep = len(state.catchup_tok) if rows is None else min(rows, len(state.catchup_tok))
@@ -77,6 +90,11 @@ class StepFixture:
             seq.pending = state.pending
             seq.catchup_h = list(state.catchup_h[len(state.catchup_h) - keep :])
             seq.catchup_tok = list(state.catchup_tok[len(state.catchup_tok) - keep :])
+            if small is not None:
+                behind = len(state.draft_behind) if rows is None else min(rows, len(state.draft_behind))
+                small.cache.lengths[slot] = state.draft_length + len(state.draft_behind) - behind
+                small.behind[slot] = list(state.draft_behind[len(state.draft_behind) - behind :])
+                small.fed[slot] = []
 
     def drafts(self, width: int, depth: int) -> list[Draft]:
         """The drafts the drafter proposes from the saved state (made once, cached): what a verify step scores."""
@@ -99,9 +117,9 @@ class StepFixture:
         self.runner.verify(self.slots[:width], drafts)
 
     def draft_step(self, width: int, depth: int, rows: int | None = None) -> None:
-        """One draft step (MTP, or the DFlash block) of depth `depth` for the first `width` sequences.
+        """One draft step (MTP, the DFlash block or the draft model) of depth `depth` for the first `width` sequences.
 
-        rows: catch-up rows the MTP block gets first (None: every saved one).
+        rows: catch-up rows the MTP block (or the draft model) gets first (None: every saved one).
         """
         self.restore(width, rows)
         self._draft(self.slots[:width], depth)
@@ -109,4 +127,6 @@ class StepFixture:
     def _draft(self, slots: list[int], depth: int) -> list[Draft]:
         if self.drafter == "dflash":
             return self.runner.draft_dflash(slots, [depth] * len(slots))
+        if self.drafter == "draft":
+            return self.runner.draft_small(slots, [depth] * len(slots))
         return self.runner.draft_mtp(slots, [depth] * len(slots))

@@ -1,4 +1,7 @@
-"""The width x depth sweep: what one verify step and one MTP draft step cost at each (n, k) on this box.
+"""The width x depth sweep: what one verify step and one draft step cost at each (n, k) on this box.
+
+The draft step is the MTP module's, a DFlash block drafter's, or a draft model's (a smaller model of
+the target's tokenizer with a KV cache of its own): whichever the table is measured for.
 
 It also times the verify of copies (the verify cells, SweepParams.copy_depths) at every depth from 1
 as deep as the measured planner copies: each sequence's last k prompt tokens, no drafter pass (a
@@ -109,15 +112,21 @@ class SweepParams:
         return self.context_len + self.catchup_rows + self.deepest_verify + 1
 
 
-def catchup_rows_for(depth: int) -> int:
-    """MTP catch-up rows before a draft of this depth: depth + 1, what a step at it emits with every draft accepted.
+def catchup_rows_for(depth: int, drafter: str = "mtp") -> int:
+    """Catch-up rows before a draft of this depth: what the drafter has yet to take after a step at it that
+    accepted every draft.
 
-    A batch's catch-up pass is padded to its longest row, and in a batch of several some row usually
-    had every draft accepted (at width 4, 5 rows instead of 2 cost a depth-4 draft step about half as
-    much again on CPU). A single stream emits fewer on average (2.8 at depth 4 on the shipped recipe),
-    so at width 1 this prices deep drafts a little high.
+    The MTP block: depth + 1, every token the step emitted. A batch's catch-up pass is padded to
+    its longest row, and in a batch of several some row usually had every draft accepted (at width
+    4, 5 rows instead of 2 cost a depth-4 draft step about half as much again on CPU). A single
+    stream emits fewer on average (2.8 at depth 4 on the shipped recipe), so at width 1 this prices
+    deep drafts a little high. A draft model: DRAFT_MODEL_CATCHUP_ROWS whatever the depth, since it
+    fed its own drafts into its cache as it made them and keeps those the verify accepted.
     """
-    return depth + 1
+    return DRAFT_MODEL_CATCHUP_ROWS if drafter == "draft" else depth + 1
+
+
+DRAFT_MODEL_CATCHUP_ROWS = 2  # its last draft (never fed) and the bonus token; after a rejection, 1
 
 
 QUICK = SweepParams(widths=(1, 2), max_depth=2, verify_depth=3, context_len=64, repeats=3, window_s=0.03,
@@ -170,12 +179,17 @@ def tasks(params: SweepParams) -> list[Task]:
     return found
 
 
-def check_fits(cfg: ModelConfig, params: SweepParams, block: int | None = None) -> None:
-    """ValueError, with what to change, when the sweep does not fit the model (block: a DFlash drafter's)."""
-    if params.cache_len > cfg.max_seq_len:
-        raise ValueError(f"context_len {params.context_len} + {params.catchup_rows} catch-up rows + depth "
-                         f"{params.deepest_verify} + 1 = {params.cache_len} tokens exceed the model's max_seq_len "
-                         f"{cfg.max_seq_len}; lower --context-len, --max-depth or --verify-depth")
+def check_fits(cfg: ModelConfig, params: SweepParams, block: int | None = None,
+               draft: ModelConfig | None = None) -> None:
+    """ValueError, with what to change, when the sweep does not fit the model (block: a DFlash drafter's; draft: a
+    draft model's config, whose context must hold the target's too)."""
+    for whose, limit in (("model", cfg.max_seq_len), ("draft model", draft.max_seq_len if draft else None)):
+        if limit is not None and params.cache_len > limit:
+            raise ValueError(f"context_len {params.context_len} + {params.catchup_rows} catch-up rows + depth "
+                             f"{params.deepest_verify} + 1 = {params.cache_len} tokens exceed the {whose}'s "
+                             f"max_seq_len {limit}; lower --context-len, --max-depth or --verify-depth")
+    if draft is not None:
+        return  # the draft model drafts as deep as asked
     if block is not None:
         if params.max_depth > block:
             raise ValueError(f"--max-depth {params.max_depth} exceeds the DFlash drafter's block of {block}")
@@ -188,19 +202,23 @@ def check_fits(cfg: ModelConfig, params: SweepParams, block: int | None = None) 
 
 def measure(model: Transformer, meter: Meter, params: SweepParams,
             on_window: Callable[[int, int, str], None] = lambda done, total, label: None,
-            dflash: DflashDrafter | None = None) -> SweepResult:
+            dflash: DflashDrafter | None = None, draft_model: Transformer | None = None) -> SweepResult:
     """Time every cell of the sweep on `model` with `meter`; `on_window(done, total, label)` reports progress.
 
-    dflash: time its block draft step instead of the MTP one (the verify steps score its drafts).
+    dflash: time its block draft step instead of the MTP one (the verify steps score its drafts);
+    draft_model: likewise, the draft model's draft step.
     """
-    check_fits(model.cfg, params, dflash.block if dflash is not None else None)
-    runner = ModelRunner(model, max(params.widths), params.cache_len, track_mtp=dflash is None, dflash=dflash)
+    check_fits(model.cfg, params, dflash.block if dflash is not None else None,
+               draft_model.cfg if draft_model is not None else None)
+    drafter = "dflash" if dflash is not None else "draft" if draft_model is not None else "mtp"
+    runner = ModelRunner(model, max(params.widths), params.cache_len, track_mtp=drafter == "mtp", dflash=dflash,
+                         draft_model=draft_model)
     gen = torch.Generator().manual_seed(params.seed)
     vocab = min(model.cfg.vocab_size, 256)  # byte tokens: any text's, never BOS/EOS
     prompts = torch.randint(0, vocab, (max(params.widths), params.context_len), generator=gen).tolist()
     # Ragged as a serve's batch is: rows at different positions take the masked attention path, as they do there.
     prompts = [p[: max(1, params.context_len - i)] for i, p in enumerate(prompts)]
-    fixture = StepFixture(runner, prompts, params.catchup_rows, "dflash" if dflash is not None else "mtp")
+    fixture = StepFixture(runner, prompts, params.catchup_rows, drafter)
     todo = tasks(params)
     window_s = max(params.window_s, meter.min_window_s)
     total = len(todo) * (params.repeats + 1)
@@ -228,7 +246,8 @@ def measure(model: Transformer, meter: Meter, params: SweepParams,
     steps = [series[t].steps for t in todo]
     meta = {"context_len": params.context_len, "repeats": params.repeats, "window_s": window_s,
             "warmup_s": params.warmup_s, "steps_per_window_min": min(steps), "steps_per_window_max": max(steps),
-            "catchup_rows": "depth + 1 before a draft of that depth (all of a step's drafts accepted)",
+            "catchup_rows": (f"{DRAFT_MODEL_CATCHUP_ROWS} before a draft of any depth" if drafter == "draft" else
+                             "depth + 1 before a draft of that depth") + " (all of a step's drafts accepted)",
             "cell_order": f"per repeat, widths shuffled, each width's steps back to back, shuffled "
                           f"(seed {params.seed})",
             "figure": "seconds: median over repeats of window cost / steps over the geometric mean of its width's "
@@ -244,7 +263,7 @@ def measure(model: Transformer, meter: Meter, params: SweepParams,
 def _step(fixture: StepFixture, task: Task) -> Callable[[], None]:
     """The task's step as a no-argument call (drafts are made once, outside any window)."""
     if task.step == "draft":
-        return lambda: fixture.draft_step(task.n, task.k, catchup_rows_for(task.k))
+        return lambda: fixture.draft_step(task.n, task.k, catchup_rows_for(task.k, fixture.drafter))
     drafts = fixture.copies(task.n, task.k) if task.step == "copy" else fixture.drafts(task.n, task.k)
     return lambda: fixture.verify_step(task.n, drafts)
 

@@ -24,18 +24,21 @@ def render(path: Path, table: CostTable, cal: AcceptanceCalibration | None, slac
     bins) and each width's grid."""
     console = Console()
     key = table.key
+    kind, drafter = table_drafter(table)
+    drafted = f", draft model '{escape(drafter)}'" if kind == "draft" else ""
     console.print(f"[bold]{escape(str(path))}[/]: box_class '{escape(key.box_class)}', recipe "
-                  f"'{escape(key.recipe)}', energy_source '{key.energy_source}'" + (f"; {when}" if when else ""),
-                  highlight=False)
+                  f"'{escape(key.recipe)}'{drafted}, energy_source '{key.energy_source}'"
+                  + (f"; {when}" if when else ""), highlight=False)
     if cal is not None:
         source = "the position priors" if cal.position_priors else "the overall rate (no position priors)"
         console.print(f"calibration: drafter {escape(str(cal.drafter))}, {cal.outcomes} outcomes; expected tokens from "
                       f"{source}; plan: the planner's depth at slack {slack:g}", highlight=False)
         drafted_for = f"{cal.drafter.name}@{cal.drafter.digest}"
-        if cal.drafter.kind == "mtp" and drafted_for != key.recipe:  # the serve refuses this pair (78)
-            typer.echo(f"warning: the calibration was fitted on {drafted_for}'s MTP drafter and the table measured "
-                       f"{key.recipe}; met serve refuses such a pair (exit 78), so these plans are no serve's",
-                       err=True)
+        expected = (kind, drafter) if kind is not None else ("mtp", key.recipe)  # plain decode alone: the recipe's
+        if (cal.drafter.kind, drafted_for) != expected:  # the serve refuses this pair (78)
+            typer.echo(f"warning: the calibration was fitted on {_drafter_words(cal.drafter.kind, drafted_for)} and "
+                       f"the table measured {_drafter_words(*expected)}; met serve refuses such a pair (exit 78), "
+                       "so these plans are no serve's", err=True)
     pools = VerifyPools(DEFAULT_POOLS.tiers, lift_wide_tier=lift_wide_tier)  # as met serve builds them
     grids = [_lookup_table(cal), _copy_plans_table(cal, table, slack, pools)] if cal is not None and cal.lookup \
         else []
@@ -51,6 +54,26 @@ def render(path: Path, table: CostTable, cal: AcceptanceCalibration | None, slac
 
 
 MANY_WIDTHS = 64  # past this many widths, each width's grid is written as plain text
+
+
+def table_drafter(table: CostTable) -> tuple[str | None, str]:
+    """Whose draft step the table measured, as a calibration's drafter key says it: ("mtp", the recipe's id),
+    ("draft", the draft model's id, from its [meta]) or ("dflash", the recipe's id); (None, "") for plain decode
+    alone."""
+    modes = table.key.modes
+    if "draft_model" in modes:
+        named = table.meta.get("draft_model")
+        return "draft", named if isinstance(named, str) else "(unnamed)"
+    if "draft_dflash" in modes:
+        return "dflash", table.key.recipe
+    return ("mtp", table.key.recipe) if "draft_mtp" in modes else (None, "")
+
+
+def _drafter_words(kind: str, name: str) -> str:
+    """"met-tiny-py@62d4's MTP drafter", "the draft model met-tiny-py-draft@1a2b's drafts"."""
+    if kind == "draft":
+        return f"the draft model {name}'s drafts"
+    return f"{name}'s {'DFlash' if kind == 'dflash' else 'MTP'} drafter"
 
 
 def _plain(title: str, headers: list[str], rows: list[list[str]]) -> str:

@@ -6,6 +6,8 @@ UTF-8, not TOML, nested or dotted past met's limits, or a field invalid: one lin
 path and its value), 66 (EX_NOINPUT) when it does not exist
 or cannot be read (or the recipe to compare with has no weights here), and 78 (EX_CONFIG) when
 its key is not this box's and recipe's (every mismatch listed); `--no-key` checks the file alone.
+A draft model's table and calibration are compared with `--draft-model NAME|PATH`, whose recipe and
+config their draft_model digest and drafter key cover.
 PATH may be a folder: every *.toml under it is checked, and the status is the first failure's;
 `--this-box tables/` checks only tables/<this box's class>/, the folder a cron job on this box keeps.
 """
@@ -44,6 +46,10 @@ RecipeOpt = Annotated[str, typer.Option(
     "name, or a Hugging Face checkpoint folder (as met bench spec-cost --model).")]
 BoxClassOpt = Annotated[str | None, typer.Option(
     "--box-class", help="This box's class, if the table was measured with --box-class (default: derived).",
+    show_default=False)]
+DraftModelOpt = Annotated[str | None, typer.Option(
+    "--draft-model", parser=nonempty_model, help="The draft model a serve drafts with (as met bench spec-cost "
+    "--draft-model): a draft model's table and calibration are compared with it (default: none, the MTP module).",
     show_default=False)]
 DeviceOpt = Annotated[str | None, typer.Option(
     "--device", help="Device the serve would run on (default: cuda if available, else cpu).", show_default=False)]
@@ -104,7 +110,8 @@ def _refuse(exc: Refusal) -> typer.Exit:
 
 @tables_app.command("check")
 def check(path: FileArg, no_key: NoKeyOpt = False, recipe: RecipeOpt = DEFAULT_RECIPE, box_class: BoxClassOpt = None,
-          device: DeviceOpt = None, dtype: DtypeOpt = None, this_box: ThisBoxOpt = False) -> None:
+          device: DeviceOpt = None, dtype: DtypeOpt = None, this_box: ThisBoxOpt = False,
+          draft_model: DraftModelOpt = None) -> None:
     """Validate a cost table or calibration and compare its key with this box and recipe.
 
     Exit 0 valid and measured under this key, 65 invalid (naming the field), 66 unreadable,
@@ -113,6 +120,9 @@ def check(path: FileArg, no_key: NoKeyOpt = False, recipe: RecipeOpt = DEFAULT_R
     other; the status is the first failure's in path order (66 when it holds no *.toml at all).
     --this-box: only PATH/<this box's class> is checked (66 when there is no such folder), so
     `met tables check --this-box tables/` suits a weekly cron job on every box class.
+    --draft-model: the key is the one a serve drafting with that draft model has (mode draft_model,
+    drafter kind draft); without it, a draft model's table or calibration is a mismatch (78) that says
+    which draft model to name.
     """
     if this_box:
         try:
@@ -120,11 +130,11 @@ def check(path: FileArg, no_key: NoKeyOpt = False, recipe: RecipeOpt = DEFAULT_R
         except Refusal as exc:
             raise _refuse(exc) from None
     if not path.is_dir():
-        raise typer.Exit(_check_one(path, no_key, recipe, box_class, device, dtype))
+        raise typer.Exit(_check_one(path, no_key, recipe, box_class, device, dtype, draft_model))
     files = sorted(f for f in path.rglob("*.toml") if not f.name.startswith(".") and not f.is_dir())
     if not files:
         raise _refuse(Refusal(EX_NOINPUT, f"{path}: a folder with no *.toml files to check"))
-    codes = [_check_one(f, no_key, recipe, box_class, device, dtype) for f in files]
+    codes = [_check_one(f, no_key, recipe, box_class, device, dtype, draft_model) for f in files]
     failed = [c for c in codes if c != EX_OK]
     typer.echo(f"{path}: {len(files) - len(failed)} of {len(files)} files pass")
     raise typer.Exit(failed[0] if failed else EX_OK)
@@ -152,14 +162,14 @@ def this_box_folder(root: Path, box_class: str | None, device: str | None) -> Pa
 
 
 def _check_one(path: Path, no_key: bool, recipe: str, box_class: str | None, device: str | None,
-               dtype: str | None) -> int:
+               dtype: str | None, draft_model: str | None = None) -> int:
     """Check one file, print its line (stdout) or its refusal (stderr); its exit status."""
     from met.speculative.spec_cost import CostTable
 
     try:
         parsed = load(path)
         if not no_key:
-            mismatches = key_mismatches(parsed, recipe, box_class, device, dtype)
+            mismatches = key_mismatches(parsed, recipe, box_class, device, dtype, draft_model)
             if mismatches:
                 lines = "\n".join(f"{path}: {m}" for m in mismatches)
                 raise Refusal(EX_CONFIG, f"{lines}\n{path}: measured under another key ({len(mismatches)} "
@@ -194,36 +204,51 @@ def _copies_summary(table: CostTable) -> str:
 
 
 def key_mismatches(parsed: CostTable | AcceptanceCalibration, recipe: str, box_class: str | None,
-                   device: str | None, dtype: str | None) -> list[str]:
-    """How the file's key differs from what this box would measure or serve for `recipe` (one line each)."""
+                   device: str | None, dtype: str | None, draft_model: str | None = None) -> list[str]:
+    """How the file's key differs from what this box would measure or serve for `recipe` (one line each), drafting
+    with `draft_model` where one is named."""
     # Not at the top: the key needs torch and the recipe, and `--no-key` (and `show`) need neither.
     from met.engine import identity
     from met.model.recipes import RecipeError
-    from met.model.sources import resolve
+    from met.model.sources import draft_model_for, resolve
     from met.speculative.spec_cost import AcceptanceCalibration, DrafterMismatch
 
     try:
         found = resolve(recipe)  # an embedded name, or a checkpoint folder (its recipe covers weights and config.json)
-    except RecipeError as exc:  # its status: 66 missing, 65 a damaged card (CheckpointError)
+        draft = draft_model_for(found, draft_model) if draft_model is not None else None
+    except RecipeError as exc:  # its status: 66 missing, 65 a damaged card or another tokenizer (CheckpointError)
         raise Refusal(exc.status, f"cannot compare the key: {exc}; or pass --no-key to check the file alone") \
             from None
     if isinstance(parsed, AcceptanceCalibration):
-        mine = identity.mtp_drafter_key(found)
+        mine = identity.mtp_drafter_key(found) if draft is None else identity.draft_model_drafter_key(draft)
         if parsed.drafter == mine:
             return []
-        return [DrafterMismatch("drafter", parsed.drafter, mine).message()]
+        hint = [f"the calibration was fitted on draft model '{parsed.drafter.name}': pass --draft-model to compare it "
+                "with the draft model a serve drafts with"] if parsed.drafter.kind == "draft" and draft is None else []
+        return [DrafterMismatch("drafter", parsed.drafter, mine).message(), *hint]
     try:
         measured_in = parsed.meta.get("dtype")  # a float32 table on a GPU is for a serve run with --dtype float32
         settings = identity.resolve_run(device, dtype or (measured_in if isinstance(measured_in, str) else None),
                                         set_threads=False)
         modes = [m for m in parsed.key.modes if m in identity.KNOWN_MODES]
-        drafter = _dflash_config(found, settings) if "draft_dflash" in modes else None
+        unnamed = draft is None and "draft_model" in modes  # its digest covers a draft model not named here
+        if draft is not None:  # the serve drafts with it: its draft step must have been measured
+            modes = sorted({*modes, "draft_model"})
+            drafter = identity.draft_model_config(draft)
+        else:
+            modes = [m for m in modes if m != "draft_model"]
+            drafter = _dflash_config(found, settings) if "draft_dflash" in modes else None
         mine_key = identity.serve_table_key(found.id, found.config, settings, parsed.key.energy_source,
                                             modes or ["decode"], box_class, drafter)
     except (RuntimeError, ValueError) as exc:
         raise typer.BadParameter(f"cannot build this box's key: {exc}; or pass --no-key to check the file alone") \
             from None
     lines = [m.message() for m in parsed.key.check(mine_key)]
+    if unnamed:
+        drafted = parsed.meta.get("draft_model")
+        named = f"draft model '{drafted}'" if isinstance(drafted, str) else "a draft model"
+        lines.append(f"mode 'draft_model' timed the draft step of {named}, and no --draft-model was named to "
+                     "compare it with: pass the draft model a serve drafts with")
     lines += [f"mode '{m}' is not one this met runs ({', '.join(identity.KNOWN_MODES)}); re-measure with this met"
               for m in parsed.key.modes if m not in identity.KNOWN_MODES]
     return lines

@@ -140,6 +140,41 @@ def test_fixture_restores_the_state_before_each_step(micro_model):
     assert fewer.length == before[0].length and fewer.pending == before[0].pending
 
 
+def test_fixture_restores_a_draft_models_cache_and_rows(micro_model):
+    # the draft model caught up on the prompt and the first token, then has the plain steps' 3 rows to take; a
+    # draft step and a verify change its cache and rows, restore puts both back, and the same drafts come again
+    from dataclasses import replace
+
+    from met.model.transformer import Transformer
+
+    torch.manual_seed(1)
+    small = Transformer(replace(micro_model.cfg, n_layers=1, mtp_depth=0))
+    runner = ModelRunner(micro_model, 2, 32, track_mtp=False, draft_model=small)
+    fixture = StepFixture(runner, [[1, 2, 3, 4], [5, 6, 7, 8, 9]], catchup_rows=3, drafter="draft")
+    before = [fixture.state(s) for s in fixture.slots]
+    assert [(s.draft_length, len(s.draft_behind)) for s in before] == [(4 + 1, 3), (5 + 1, 3)]
+    drafts = fixture.drafts(2, 3)
+    fixture.draft_step(2, 3, rows=2)
+    runner.verify(fixture.slots, drafts)
+    fixture.restore(2)
+    assert [fixture.state(s) for s in fixture.slots] == before
+    fixture.restore(2)
+    assert runner.draft_small(fixture.slots, [3, 3]) == drafts  # the same step from the same state
+    fixture.restore(2, rows=2)  # two rows left to take: the draft model's cache one row further on
+    assert runner.draft_model.cache.lengths[0] == before[0].draft_length + 1
+    assert runner.draft_model.behind[0] == list(before[0].draft_behind[1:])
+
+
+def test_check_fits_takes_a_draft_models_context_and_no_mtp_module(micro_model):
+    # a draft model drafts without the target's MTP module; its own context must hold the sweep's too
+    from dataclasses import replace
+
+    params = SweepParams(context_len=100, max_depth=2, verify_depth=0)
+    check_fits(replace(micro_model.cfg, mtp_depth=0), params, draft=micro_model.cfg)
+    with pytest.raises(ValueError, match="exceed the draft model's max_seq_len 64"):
+        check_fits(micro_model.cfg, params, draft=replace(micro_model.cfg, max_seq_len=64))
+
+
 def test_fixture_copies_are_each_prompts_last_tokens_without_confidences(micro_model, monkeypatch):
     fixture = StepFixture(ModelRunner(micro_model, 2, 32), [[1, 2, 3, 4], [5, 6]])
     copies = fixture.copies(2, 3)
