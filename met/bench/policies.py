@@ -9,7 +9,10 @@ last finish (prefill, admission and streaming included, the same for every polic
 Runs go repeat by repeat, each concurrency in turn, the policies in order within it, the order
 reversed every other repeat (A B C C B A A B C ...): a drift of the box's speed falls on every
 policy alike, and a steady one favours no policy for running first. One short warm-up run per
-policy and concurrency comes first and is not kept.
+policy and concurrency comes first and is not kept. The draft-* policies draft with a draft model
+(a smaller model of the recipe's tokenizer) in the MTP module's place, through the same policies:
+its runners hold it beside the model for every policy, so every policy's runs pay the same
+bookkeeping and only the draft-* ones draft with it.
 """
 
 import time
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from met.engine import heap
+from met.engine.policy import DRAFT_DEPTH
 from met.engine.policy_base import Outcome, PlainPolicy, Policy, StepPlan, drafter_width
 from met.engine.policy_dflash import DflashPolicy, RunnerDflash
 from met.engine.policy_lookup import LookupPolicy
@@ -35,7 +39,10 @@ from met.speculative.spec_cost import SpecCostState
 
 FIXED_DEPTHS = (1, 2, 3, 4)
 POLICIES = ("off", *(f"fixed-{k}" for k in FIXED_DEPTHS), "static", "prompt-lookup", "measured")  # the default set
-OPTIONAL_POLICIES = ("dflash",)  # run only when named: the recipe's DFlash block drafter, as met serve --spec dflash
+DRAFT_POLICIES = (*(f"draft-fixed-{k}" for k in FIXED_DEPTHS), "draft-measured")  # the draft model's, as the MTP ones
+# run only when named: the recipe's DFlash block drafter (met serve --spec dflash); the draft-* ones also by default
+# when a draft model is given (met serve --spec draft --draft-model)
+OPTIONAL_POLICIES = ("dflash", *DRAFT_POLICIES)
 CHOICES = POLICIES + OPTIONAL_POLICIES  # every name --policies takes
 LOOKUP_DEPTH = 4  # prompt lookup's most drafts per step: the serve's --lookup-depth default
 WARMUP_TOKENS = 8  # tokens per request of the warm-up run (enough for every step kind to run)
@@ -74,15 +81,21 @@ class Workload:
 
 
 def policy_factories(names: Sequence[str], num_drafts: int, pools: VerifyPools, cost_state: SpecCostState | None,
-                     environ: Mapping[str, str], dflash_block: int | None = None) -> dict[str, PolicyFactory]:
+                     environ: Mapping[str, str], dflash_block: int | None = None, draft_model: bool = False,
+                     draft_state: SpecCostState | None = None) -> dict[str, PolicyFactory]:
     """A factory per policy name (POLICIES, OPTIONAL_POLICIES), built as the serve builds its policies.
 
     ValueError naming the problem. dflash_block: the block of the DFlash drafter the runners hold
     (policy dflash needs one); its verify pools are the DFlash rung's, not `pools`, as in the serve.
+    draft_model: whether the runners hold a draft model (the draft-* policies need one; it drafts at
+    most DRAFT_DEPTH, as the serve's default --draft-depth); draft_state: its table and calibration
+    (draft-measured needs them).
     """
     out: dict[str, PolicyFactory] = {}
     for name in names:
-        if name == "off":
+        if name in DRAFT_POLICIES:
+            out[name] = _draft_factory(name, pools, draft_model, draft_state)
+        elif name == "off":
             out[name] = PlainPolicy
         elif name.startswith("fixed-") and name in POLICIES:
             depth = int(name.removeprefix("fixed-"))
@@ -102,9 +115,22 @@ def policy_factories(names: Sequence[str], num_drafts: int, pools: VerifyPools, 
             out[name] = lambda: DflashPolicy(RunnerDflash(dflash_block))
         else:
             raise ValueError(f"unknown policy {name!r}; choose from {', '.join(CHOICES)}")
-        if num_drafts < 1 and name not in ("off", "prompt-lookup", "dflash"):
+        if num_drafts < 1 and name not in ("off", "prompt-lookup", "dflash", *DRAFT_POLICIES):
             raise ValueError(f"policy {name!r} drafts with MTP, but the model has no MTP module")
     return out
+
+
+def _draft_factory(name: str, pools: VerifyPools, draft_model: bool,
+                   draft_state: SpecCostState | None) -> PolicyFactory:
+    """A draft-* policy: the MTP policy of the same name drafting with the runners' draft model."""
+    if not draft_model:
+        raise ValueError(f"policy {name!r} drafts with a draft model; give one (--draft-model NAME|PATH)")
+    if name == "draft-measured":
+        if draft_state is None:
+            raise ValueError("policy 'draft-measured' needs the draft model's cost table and calibration")
+        return lambda: MtpPlannedPolicy(draft_state, DRAFT_DEPTH, pools, "draft")
+    depth = int(name.removeprefix("draft-fixed-"))
+    return lambda: MtpFixedPolicy(depth, DRAFT_DEPTH, pools, "draft")
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,12 +269,16 @@ def measure_run(runner: ModelRunner, name: str, factory: PolicyFactory, model_id
 
 
 def run_all(model: Transformer, model_id: str, factories: Mapping[str, PolicyFactory], workload: Workload,
-            progress: Progress | None = None, dflash: DflashDrafter | None = None) -> list[Run]:
+            progress: Progress | None = None, dflash: DflashDrafter | None = None,
+            draft_model: Transformer | None = None) -> list[Run]:
     """Warm-up, then every policy at every concurrency, interleaved over the repeats (see the module's docstring).
 
-    dflash: the block drafter the runners hold for policy dflash (None: no runner has one).
+    dflash: the block drafter the runners hold for policy dflash (None: no runner has one);
+    draft_model: the draft model they hold for the draft-* policies (its context bounds theirs).
     """
-    runners = {c: ModelRunner(model, c, dflash=dflash) for c in workload.concurrencies}
+    context = model.cfg.max_seq_len if draft_model is None else min(model.cfg.max_seq_len, draft_model.cfg.max_seq_len)
+    runners = {c: ModelRunner(model, c, context, dflash=dflash, draft_model=draft_model)
+               for c in workload.concurrencies}
     heap.settle()  # as met serve: the collector's full passes scan what the runs allocate, not the model's heap
     total = len(factories) * len(runners) * (workload.repeats + 1)
     done = 0

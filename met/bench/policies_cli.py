@@ -1,7 +1,8 @@
 """`met bench policies`: every drafting policy on one held-out workload at several concurrencies, side by side.
 
 The command parses, boots the measured planner's table exactly as `met serve --spec-cost-model
-measured` does (met.bench.measured_boot: same key checks, same exit statuses), runs the policies
+measured` does (met.bench.measured_boot: same key checks, same exit statuses; the draft model's
+table as `met serve --spec draft --draft-model` boots it), runs the policies
 (met.bench.policies), summarises and checks (met.bench.policies_report), and writes JSON,
 markdown and a PNG (met.bench.policies_plot) under --out-dir, by default a new folder of the run's own
 under met-results/ (the results kept in benchmarks/results/ are replaced only when --out-dir names them).
@@ -26,7 +27,7 @@ from met.bench.spec_cost_cli import EX_USAGE, parse_widths
 from met.choices import DEFAULT_RECIPE, ENERGY_CHOICES, OPTIONAL_POLICIES, POLICIES
 from met.exit_codes import EX_CANTCREAT, EX_NOINPUT, EX_OK, EX_SOFTWARE
 from met.model.errors import RecipeError
-from met.path_option import nonempty_path
+from met.path_option import nonempty_model, nonempty_path
 
 if TYPE_CHECKING:  # torch, the engine and the report are imported when the command runs
     from met.bench import policies as pol
@@ -50,8 +51,19 @@ RepeatsOpt = Annotated[int | None, typer.Option(
     "--repeats", min=1, max=100, help="Interleaved repeats; figures are medians (default: 3; --quick: 1).",
     show_default=False)]
 PoliciesOpt = Annotated[str | None, typer.Option(
-    "--policies", help=f"Comma-separated subset of: {', '.join(POLICIES)} (default: all of these); also "
-    f"{', '.join(OPTIONAL_POLICIES)} (the recipe's DFlash drafter, its rung's gamma, as met serve --spec dflash).",
+    "--policies", help=f"Comma-separated subset of: {', '.join(POLICIES)} (default: all of these, and with "
+    "--draft-model the draft-* ones too); also dflash (the recipe's DFlash drafter, its rung's gamma, as met serve "
+    f"--spec dflash) and {', '.join(p for p in OPTIONAL_POLICIES if p != 'dflash')} (the MTP policies of the same "
+    "name drafting with --draft-model, as met serve --spec draft).", show_default=False)]
+DraftModelOpt = Annotated[str | None, typer.Option(
+    "--draft-model", parser=nonempty_model, help="Draft model of the draft-* policies: an embedded recipe name (e.g. "
+    "met-tiny-py-draft) or a checkpoint folder with the recipe's tokenizer (as met serve --spec draft).",
+    show_default=False)]
+DraftTableOpt = Annotated[Path | None, typer.Option(
+    "--draft-table", parser=nonempty_path, help="Cost table of draft-measured, measured with met bench spec-cost "
+    "--draft-model (default: tables/<box_class>/<recipe>.draft-<draft model>.toml).", show_default=False)]
+DraftCalibrationOpt = Annotated[Path | None, typer.Option(
+    "--draft-calibration", parser=nonempty_path, help="The draft model's calibration (default: beside --draft-table).",
     show_default=False)]
 TableOpt = Annotated[Path | None, typer.Option(
     "--table", parser=nonempty_path, help="Cost table of the measured planner (default: "
@@ -95,6 +107,9 @@ def policies(
     policies_: PoliciesOpt = None,
     table: TableOpt = None,
     calibration: CalibrationOpt = None,
+    draft_model: DraftModelOpt = None,
+    draft_table: DraftTableOpt = None,
+    draft_calibration: DraftCalibrationOpt = None,
     slack: SlackOpt = 0.1,
     energy: EnergyOpt = "auto",
     box_class_: BoxClassOpt = None,
@@ -108,23 +123,31 @@ def policies(
     """Run held-out code prompts through the scheduler under every drafting policy; tokens/s side by side.
 
     Policies: off; fixed-1..fixed-4 (MTP at that depth every step); static (MTP gate, ladder and
-    adaptive rung: met serve --spec mtp); prompt-lookup; measured (the cost table's planner:
-    met serve --spec mtp --spec-cost-model measured, which also copies from each request's history
-    where its calibration's prompt-lookup bins say a copy pays more than drafting); and, only when named, dflash (the recipe's
-    DFlash block drafter beside its weights, met serve --spec dflash). Each runs at every concurrency, interleaved over
-    the repeats (the order reversed every other repeat); greedy outputs must be identical everywhere.
-    Prints and writes the report with PASS/FAIL for the planner's three checks (within 3% of every fixed depth, 10%
-    ahead of the best fixed depth on average, 1.8x plain decode at concurrency 1), each paired ratio with a
-    distribution-free interval for its median (from 5 repeats on), so a verdict within the box's noise
-    reads as such (a FAIL there is a result, not an error: the status stays 0).
+    adaptive rung: met serve --spec mtp); prompt-lookup; measured (the cost table's planner: met
+    serve --spec mtp --spec-cost-model measured, which also copies from each request's history
+    where its calibration's prompt-lookup bins say a copy pays more than drafting); and, only when
+    named, dflash (the recipe's DFlash block drafter beside its weights, met serve --spec dflash).
+    With --draft-model (by default, or when named): draft-fixed-1..draft-fixed-4 and
+    draft-measured, the same policies drafting with the draft model (met serve --spec draft),
+    draft-measured planning from the draft model's own table and calibration (--draft-table, booted
+    as the serve boots it). Each runs at every concurrency, interleaved over the repeats (the order
+    reversed every other repeat); greedy outputs must be identical everywhere. Prints and writes the
+    report with PASS/FAIL for the planner's three checks (within 3% of every fixed depth, 10% ahead
+    of the best fixed depth on average, 1.8x plain decode at concurrency 1), each paired ratio with
+    a distribution-free interval for its median (from 5 repeats on), so a verdict within the box's
+    noise reads as such (a FAIL there is a result, not an error: the status stays 0).
 
     Exit statuses: 0 results written (under --out-dir, else a new met-results/policies-<UTC time>/);
-    2 bad option value (or fewer held-out prompts here than --prompts); 65 (EX_DATAERR) the cost table or
-    calibration is missing or invalid, or the DFlash drafter is damaged or another model's; 66 (EX_NOINPUT) the recipe's weights, its DFlash drafter
-    (policy dflash) or the held-out files are missing; 69 (EX_UNAVAILABLE) the --energy source
-    does not work here; 70 (EX_SOFTWARE) greedy outputs differ between policies or concurrencies, or a
-    request failed (results are still written; each difference is named); 73 (EX_CANTCREAT) the results
-    could not be written (the folder is checked before anything runs; the report is printed either way); 78 (EX_CONFIG) the table or calibration was measured under another key.
+    2 bad option value (or fewer held-out prompts here than --prompts, or a draft-* policy without
+    --draft-model); 65 (EX_DATAERR) a cost table or calibration is missing or invalid, or the DFlash
+    drafter is damaged or another model's, or the draft model has another tokenizer or vocabulary
+    than the recipe's; 66 (EX_NOINPUT) the recipe's weights, its DFlash drafter (policy dflash), the
+    draft model or the held-out files are missing; 69 (EX_UNAVAILABLE) the --energy source does not
+    work here; 70 (EX_SOFTWARE) greedy outputs differ between policies or concurrencies, or a
+    request failed (results are still written; each difference is named); 73 (EX_CANTCREAT) the
+    results could not be written (the folder is checked before anything runs; the report is printed
+    either way); 78 (EX_CONFIG) a table or calibration was measured under another key (the draft
+    model's: under another draft model, or for the MTP drafter).
     """
     import torch
 
@@ -138,10 +161,18 @@ def policies(
     from met.model.corpus import root_named
     from met.model.dflash import DrafterError, load_drafter, shipped_path
     from met.model.recipes import embedded
+    from met.model.sources import draft_model_for
     from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 
     base = QUICK if quick else DEFAULTS
-    names = _policy_names(policies_)
+    names = _policy_names(policies_, draft_model is not None)
+    drafting = [n for n in names if n in pol.DRAFT_POLICIES]  # the policies that draft with the draft model
+    if drafting and draft_model is None:
+        raise typer.BadParameter(f"{', '.join(drafting)} draft with a draft model: pass --draft-model NAME|PATH "
+                                 "(e.g. met-tiny-py-draft)", param_hint="--policies")
+    if (draft_table is not None or draft_calibration is not None) and draft_model is None:
+        raise typer.BadParameter("--draft-table and --draft-calibration are the draft model's: pass --draft-model "
+                                 "too", param_hint="--draft-table")
     if energy not in ENERGY_CHOICES:
         raise typer.BadParameter(f"{energy!r} is not one of {', '.join(ENERGY_CHOICES)}", param_hint="--energy")
     try:
@@ -163,25 +194,37 @@ def policies(
     if len(heldout) < count:
         raise _fail(EX_USAGE, f"error: only {len(heldout)} held-out code prompts are available here (read from "
                     f"{root_named()}); pass --prompts {len(heldout)} or fewer")
+    try:
+        draft_recipe = draft_model_for(model_recipe, draft_model) if draft_model is not None else None
+    except RecipeError as exc:  # its status: 66 missing, 65 another tokenizer or vocabulary, or unusable
+        raise _fail(exc.status, f"error: --draft-model {draft_model}: {exc}") from None
     longest = max(len(p) for p in heldout)
-    if longest + 1 > model_recipe.config.max_seq_len:
-        raise _fail(EX_USAGE, f"error: a prompt of {longest} tokens does not fit the context of "
-                    f"{model_recipe.config.max_seq_len} of recipe {model_recipe.name}")
-    table_path = None
-    cost_state = None
-    if "measured" not in names and table is None:
+    for r in [model_recipe] + ([draft_recipe] if draft_recipe is not None else []):
+        if longest + 1 > r.config.max_seq_len:
+            raise _fail(EX_USAGE, f"error: a prompt of {longest} tokens does not fit the context of "
+                        f"{r.config.max_seq_len} of recipe {r.name}")
+    table_path = draft_table_path = None
+    cost_state = draft_state = None
+    planned = "measured" in names or table is not None
+    draft_planned = "draft-measured" in names or draft_table is not None
+    if not planned and not draft_planned:
         try:  # no table prices joules here, but a source asked for by name must work, as with a table
             energy_source(energy, settings.device)
         except BootError as exc:
             raise _fail(exc.code, *exc.lines) from None
-    if "measured" in names or table is not None:
-        table_path = table or default_table(box, model_recipe.name)
-        boot = MeasuredBoot(table_path, calibration or default_calibration(table_path), slack, energy, box_class_,
-                            table_option="--table")
-        try:
-            cost_state = boot_measured(model_recipe, settings, boot)
-        except BootError as exc:
-            raise _fail(exc.code, *exc.lines) from None
+    try:
+        if planned:
+            table_path = table or default_table(box, model_recipe.name)
+            cost_state = boot_measured(model_recipe, settings, MeasuredBoot(
+                table_path, calibration or default_calibration(table_path), slack, energy, box_class_,
+                table_option="--table"))
+        if draft_planned:
+            draft_table_path = draft_table or default_table(box, model_recipe.name, draft_recipe.name)
+            draft_state = boot_measured(model_recipe, settings, MeasuredBoot(
+                draft_table_path, draft_calibration or default_calibration(draft_table_path), slack, energy,
+                box_class_, table_option="--draft-table"), draft=draft_recipe)
+    except BootError as exc:
+        raise _fail(exc.code, *exc.lines) from None
     drafter = None
     if "dflash" in names:
         try:
@@ -192,7 +235,7 @@ def policies(
     pools = VerifyPools(DEFAULT_POOLS.tiers, lift_wide_tier=lift_wide_tier)
     try:
         factories = pol.policy_factories(names, model_recipe.config.mtp_depth, pools, cost_state, os.environ,
-                                         drafter.block if drafter is not None else None)
+                                         drafter.block if drafter is not None else None, bool(drafting), draft_state)
         workload = pol.Workload(tuple(heldout), max_tokens or base["max_tokens"],
                                 concurrencies, repeats or base["repeats"])
     except ValueError as exc:
@@ -200,6 +243,8 @@ def policies(
     out_dir = out_dir or fresh_out_dir(dt.datetime.now(dt.UTC))
     _check_out_dir(out_dir)
     model = model_recipe.load(getattr(torch, settings.dtype), settings.device)
+    # loaded only for a policy that drafts with it: a runner holding it pays its bookkeeping every step
+    small = draft_recipe.load(getattr(torch, settings.dtype), settings.device) if drafting else None
     load = os.getloadavg()
     if settings.dtype not in EXACT_DTYPES and set(names) != {"off"}:  # before the run, not after its minutes
         typer.echo(f"warning: in {settings.dtype} {DRIFT}: greedy outputs may differ between policies (exit 70); "
@@ -209,13 +254,13 @@ def policies(
                      f"{workload.repeats} repeats: {len(heldout)} prompts of {workload.max_tokens} tokens, "
                      f"{model_recipe.id} on {settings.device} ({settings.dtype}, {settings.threads} threads)")
         runs = pol.run_all(model, model_recipe.id, factories, workload,
-                           lambda done, total, label: reporter.step("runs", done, total, label), drafter)
-    rows = summarise(runs, cost_state.table if cost_state else None)
+                           lambda done, total, label: reporter.step("runs", done, total, label), drafter, small)
+    rows = summarise(runs, cost_state.table if cost_state else None, draft_state.table if draft_state else None)
     results = checks(rows, runs)
     problems = mismatches(runs)
     meta = {
         "command": _command(recipe, workload, names, table_path, calibration, slack, energy, box_class_,
-                            settings, lift_wide_tier, out_dir),
+                            settings, lift_wide_tier, out_dir, draft_model, draft_table_path, draft_calibration),
         "argv": sys.argv, "when": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
         "recipe": model_recipe.id,
         "machine": {"box_class": box, "device": device_name(settings.device), "torch_device": settings.device,
@@ -224,7 +269,11 @@ def policies(
                     "python": platform.python_version(), "met": __version__, "platform": platform.platform()},
         "table": str(table_path) if table_path else None,
         "calibration": str(calibration or default_calibration(table_path)) if table_path else None,
-        "energy_source": cost_state.table.key.energy_source if cost_state else None,
+        "energy_source": next((s.table.key.energy_source for s in (cost_state, draft_state) if s), None),
+        **({"draft_model": draft_recipe.id,
+            "draft_table": str(draft_table_path) if draft_table_path else None,
+            "draft_calibration": str(draft_calibration or default_calibration(draft_table_path))
+            if draft_table_path else None} if draft_recipe is not None else {}),
         "slack": slack, "pools": f"{pools.tiers}, lift_wide_tier={pools.lift_wide_tier}",
         "workload": {"prompts": len(heldout), "max_tokens": workload.max_tokens,
                      "concurrencies": list(concurrencies), "repeats": workload.repeats, "policies": names,
@@ -258,10 +307,13 @@ def _concurrencies(text: str) -> tuple[int, ...]:
         raise typer.BadParameter(exc.message.replace("1,2,4,8,16", "1,4,16"), param_hint="--concurrency") from None
 
 
-def _policy_names(text: str | None) -> list[str]:
+def _policy_names(text: str | None, draft_model: bool = False) -> list[str]:
+    """The policies --policies names; by default POLICIES, and the draft model's (DRAFT_POLICIES) when one is given."""
+    from met.bench.policies import DRAFT_POLICIES
+
     choices = POLICIES + OPTIONAL_POLICIES
     if text is None:
-        return list(POLICIES)
+        return list(POLICIES) + (list(DRAFT_POLICIES) if draft_model else [])
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in choices]
     if unknown or not names:
@@ -274,7 +326,8 @@ def _policy_names(text: str | None) -> list[str]:
 
 def _command(recipe: str, workload: pol.Workload, names: list[str], table: Path | None, calibration: Path | None,
              slack: float, energy: str, box_override: str | None, settings: RunSettings, lift: bool,
-             out_dir: Path) -> str:
+             out_dir: Path, draft_model: str | None = None, draft_table: Path | None = None,
+             draft_calibration: Path | None = None) -> str:
     """The command line that repeats this run, every option spelled out."""
     args = ["met", "bench", "policies", "--recipe", recipe, "--prompts", str(len(workload.prompts)),
             "--max-tokens", str(workload.max_tokens), "--concurrency", ",".join(map(str, workload.concurrencies)),
@@ -283,6 +336,12 @@ def _command(recipe: str, workload: pol.Workload, names: list[str], table: Path 
         args += ["--table", str(table)]
     if calibration is not None:
         args += ["--calibration", str(calibration)]
+    if draft_model is not None:
+        args += ["--draft-model", draft_model]
+    if draft_table is not None:
+        args += ["--draft-table", str(draft_table)]
+    if draft_calibration is not None:
+        args += ["--draft-calibration", str(draft_calibration)]
     args += ["--slack", f"{slack:g}", "--energy", energy]
     if box_override:
         args += ["--box-class", box_override]

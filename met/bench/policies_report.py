@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from met.bench.policies import FIXED_DEPTHS, Run
+from met.bench.policies import DRAFT_POLICIES, FIXED_DEPTHS, Run
 from met.bench.policies_identity import Mismatch
 from met.engine.runner import RECURSIVE_DRAFTERS
 from met.speculative.spec_cost import CostTable
@@ -52,10 +52,10 @@ class Check:
 def price(run: Run, table: CostTable | None) -> float | None:
     """Joules of a run's steps priced from the table; None without joules there or a step deeper than it prices.
 
-    Each step costs its cell at (width, deepest drafts verified): verify joules, plus for MTP steps
-    the draft joules of the cell at the width the drafter drafted for (a mixed step's copies are
-    verified, not drafted), as the scheduler prices its steps. Prefill and host (prompt-lookup)
-    drafting are not priced.
+    Each step costs its cell at (width, deepest drafts verified): verify joules, plus for MTP (or
+    draft model) steps the draft joules of the cell at the width the drafter drafted for (a mixed
+    step's copies are verified, not drafted), as the scheduler prices its steps. Prefill and host
+    (prompt-lookup) drafting are not priced.
     """
     if table is None or not table.has_energy:
         return None
@@ -67,8 +67,9 @@ def price(run: Run, table: CostTable | None) -> float | None:
     return joules
 
 
-def summarise(runs: Sequence[Run], table: CostTable | None) -> list[Row]:
-    """A row per (policy, concurrency), in the runs' order."""
+def summarise(runs: Sequence[Run], table: CostTable | None, draft_table: CostTable | None = None) -> list[Row]:
+    """A row per (policy, concurrency), in the runs' order; the draft-* policies' joules priced from draft_table (the
+    draft model's), the others' from table."""
     groups: dict[tuple[str, int], list[Run]] = {}
     for run in runs:
         groups.setdefault((run.policy, run.concurrency), []).append(run)
@@ -76,7 +77,7 @@ def summarise(runs: Sequence[Run], table: CostTable | None) -> list[Row]:
     for (policy, c), group in groups.items():
         rates = [r.tokens / r.seconds for r in group]
         median = statistics.median(rates)
-        priced = [price(r, table) for r in group]
+        priced = [price(r, draft_table if policy in DRAFT_POLICIES else table) for r in group]
         tokens = sum(r.tokens for r in group)
         jpt = sum(priced) / tokens if tokens and all(p is not None for p in priced) else None
         verify = sum(r.verify_seq_steps for r in group)
@@ -219,6 +220,9 @@ def markdown(meta: dict, rows: Sequence[Row], results: Sequence[Check], problems
              "Machine: " + ", ".join(f"{k} `{v}`" for k, v in meta["machine"].items()), "",
              f"Table: `{meta['table'] or 'none'}` (energy source `{meta['energy_source'] or 'n/a'}`); "
              f"calibration: `{meta['calibration'] or 'none'}`; when: {meta['when']}", "",
+             *([f"Draft model: `{meta['draft_model']}` (the draft-* policies); its table: "
+                f"`{meta.get('draft_table') or 'none'}`, calibration: `{meta.get('draft_calibration') or 'none'}`",
+                ""] if meta.get("draft_model") else []),
              f"Workload: {w['prompts']} held-out code prompts ({w['prompt_source']}), {w['max_tokens']} tokens each, "
              f"greedy; concurrency {', '.join(map(str, w['concurrencies']))}; {w['repeats']} repeats, policies "
              f"interleaved (order reversed every other repeat); verify pools: {meta['pools']}.", "",
@@ -245,8 +249,9 @@ def markdown(meta: dict, rows: Sequence[Row], results: Sequence[Check], problems
               "threshold is within this box's noise.",
               "- tok/s in steps: tokens emitted by decode/verify steps over those steps' draft + verify seconds "
               "(no prefill, admission or streaming): what the steps alone deliver.",
-              "- J/token: " + (f"priced from the table ({meta['energy_source']} joules): each step at its width and "
-                               "deepest depth, verify joules plus MTP draft joules (a step of copies or host drafts: the "
+              "- J/token: " + (f"priced from the table ({meta['energy_source']} joules; the draft-* policies' from "
+                               "the draft model's table): each step at its width and deepest depth, verify joules "
+                               "plus the drafter's draft joules (a step of copies or host drafts: the "
                                "verify's alone; a step that mixed copies with drafts: the draft of the width "
                                "that drafted, as the scheduler prices it), over every completion token "
                                "(each request's first comes from its prefill); prefill and host lookup drafting "
@@ -257,11 +262,12 @@ def markdown(meta: dict, rows: Sequence[Row], results: Sequence[Check], problems
               "token NOT counted; emitted per verify counts it (accepted + 1).",
               "- acceptance per position i: of sequence-steps that verified a draft at position i, the share whose "
               "drafts 1..i were all accepted.",
-              "- steps by mode: plain (no draft verified), mtp (MTP drafts), lookup (host drafts; the measured "
-              "planner's copies from the histories and other requests), dflash; the accepted lengths and rates "
-              "count every mode's drafts together.",
-              "- fixed-k asks k drafts every step; the verify pools clamp it (widths 9..=16 verify one draft unless "
-              "the wide tier is lifted), as they clamp every policy in the serve.", "",
+              "- steps by mode: plain (no draft verified), mtp (MTP drafts), draft (the draft model's drafts), "
+              "lookup (host drafts; the measured planners' copies from the histories and other requests), dflash; "
+              "the accepted lengths and rates count every mode's drafts together.",
+              "- fixed-k (and draft-fixed-k, with the draft model) asks k drafts every step; the verify pools clamp "
+              "it (widths 9..=16 verify one draft unless the wide tier is lifted), as they clamp every policy in "
+              "the serve.", "",
               "Checks:", ""]
     lines += [f"- {line}" for line in verdict_lines(results)]
     failed = sum(p.failed for p in problems)
