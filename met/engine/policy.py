@@ -6,7 +6,9 @@ measured planner picks the depth from the cost table and calibration, k = 0 mean
 (policy_mtp.MtpPlannedPolicy). draft: the same two policies drafting with the runner's draft
 model in the MTP module's place (static, or measured from the draft model's own table and
 calibration); a draft model has no depth of its own, so PolicyConfig.draft_depth is its deepest
-draft, as the MTP depth is the MTP module's. ngram / prompt-lookup: host drafts from the sequence's own history,
+draft, as the MTP depth is the MTP module's. eagle: the static policy over the runner's EAGLE-3
+head, as deep as draft_depth. mtp+draft: both drafters' measured planners, the better plan run
+each step (policy_choice.DrafterChoicePolicy). ngram / prompt-lookup: host drafts from the sequence's own history,
 the tenant's shared lookup cache as fallback (policy_lookup.LookupPolicy). dflash: the runner's
 DFlash block drafter, its verify width set by the DFlash rung (policy_dflash.DflashPolicy), its
 verify pools sized by the rung's tiers and the drafter's block rather than PolicyConfig.pools. The
@@ -19,13 +21,15 @@ from dataclasses import dataclass
 
 from met.engine.policy_base import PlainPolicy, Policy
 from met.engine.policy_dflash import DflashPolicy, RunnerDflash
+from met.engine.policy_choice import DrafterChoicePolicy
 from met.engine.policy_lookup import LookupPolicy
 from met.engine.policy_mtp import MtpLadderPolicy, MtpPlannedPolicy
 from met.engine.proposer import NGRAM_MAX
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 from met.speculative.spec_cost import SpecCostState
 
-SERVE_SPECS = ("off", "mtp", "draft", "ngram", "prompt-lookup", "dflash")
+SERVE_SPECS = ("off", "mtp", "draft", "mtp+draft", "eagle", "ngram", "prompt-lookup", "dflash")
+CHOICE = "mtp+draft"  # the measured planner choosing per step between the MTP module and the draft model
 DRAFT_DEPTH = 4  # the draft model's default most drafts: what the default verify pools hold at widths 1..=8
 
 
@@ -37,7 +41,7 @@ class PolicyConfig:
     lookup_depth: int = 4  # host proposers: most drafts per step (prompt-lookup's own window may ask fewer)
     lookup_min_ngram: int = 1  # host proposers: the shortest suffix match that proposes drafts
     pools: VerifyPools = DEFAULT_POOLS  # mtp, draft and host drafts; --lift-wide-tier lifts widths 9..=16 to two
-    draft_depth: int = DRAFT_DEPTH  # draft: the draft model's most drafts per step (the ladder's at widths 1..=8)
+    draft_depth: int = DRAFT_DEPTH  # draft, eagle: the drafter's most drafts per step (the ladder's at widths 1..=8)
 
     def __post_init__(self) -> None:
         if self.spec not in SERVE_SPECS:
@@ -52,14 +56,31 @@ class PolicyConfig:
 
 def build_policy(config: PolicyConfig, num_drafts: int, cost_state: SpecCostState | None = None,
                  environ: Mapping[str, str] | None = None, dflash_block: int | None = None,
-                 draft_model: bool = False) -> Policy:
+                 draft_model: bool = False, eagle: bool = False,
+                 draft_cost_state: SpecCostState | None = None) -> Policy:
     """The policy for these flags; cost_state (a SpecCostState) selects the measured planner for mtp or draft.
 
     num_drafts: the model's MTP depth. dflash_block: the block of the runner's DFlash drafter (--spec
-    dflash needs one). draft_model: whether the runner has a draft model (--spec draft needs one).
+    dflash needs one). draft_model, eagle: whether the runner has a draft model (--spec draft needs one) or
+    an EAGLE-3 head (--spec eagle). mtp+draft: cost_state is the MTP module's, draft_cost_state the
+    draft model's, and the measured planner of each plans every step (policy_choice.DrafterChoicePolicy).
     """
     if config.spec == "off":
         return PlainPolicy()
+    if config.spec == CHOICE:
+        if cost_state is None or draft_cost_state is None or not draft_model or num_drafts < 1:
+            raise ValueError("--spec mtp+draft chooses between the MTP module and the draft model by their measured "
+                             "tables: it needs a model with an MTP module, --draft-model and --spec-cost-model "
+                             "measured")
+        return DrafterChoicePolicy([MtpPlannedPolicy(cost_state, num_drafts, config.pools, "mtp"),
+                                    MtpPlannedPolicy(draft_cost_state, config.draft_depth, config.pools, "draft")])
+    if config.spec == "eagle":
+        if not eagle:
+            raise ValueError("--spec eagle needs a runner with an EAGLE-3 head (--drafter FOLDER)")
+        if cost_state is not None:
+            raise ValueError("--spec-cost-model measured plans from a drafter's table; an EAGLE-3 head has none yet "
+                             "(use --spec-cost-model static)")
+        return MtpLadderPolicy(config.draft_depth, config.pools, os.environ if environ is None else environ, "eagle")
     if config.spec in ("mtp", "draft"):
         if config.spec == "mtp" and num_drafts < 1:
             raise ValueError("--spec mtp needs a model with an MTP module (mtp_depth >= 1)")

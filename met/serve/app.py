@@ -39,6 +39,7 @@ from met.engine.runner import ModelRunner, Sampling
 from met.engine.scheduler import Scheduler
 from met.model.chat_template import EMBEDDED, ChatTemplate, TemplateError
 from met.model.dflash import DflashDrafter
+from met.model.eagle3 import Eagle3Head
 from met.model.tokenizer import BYTES, Tokenizer
 from met.model.transformer import Transformer
 from met.serve import responses as shapes, schemas
@@ -76,18 +77,20 @@ class Service:
               max_batch: int, max_len: int | None = None, cost_state: SpecCostState | None = None,
               keys: KeyRing | None = None, tokenizer: Tokenizer = BYTES,
               dflash: DflashDrafter | None = None, chat: ChatTemplate | None = EMBEDDED,
-              draft_model: Transformer | None = None) -> "Service":
+              draft_model: Transformer | None = None, eagle: Eagle3Head | None = None,
+              draft_cost_state: SpecCostState | None = None) -> "Service":
         """A runner for the model (and its DFlash drafter or draft model), the policy the flags compose, and a
         scheduler over them.
 
         The scheduler is not started yet. ValueError for a draft model of a shorter context than max_len.
         """
         # a serve that drafts with something else never drafts with the MTP block: no catch-up rows to keep for it
-        runner = ModelRunner(model, max_batch, max_len, track_mtp=policy.spec != "draft", dflash=dflash,
-                             draft_model=draft_model)
+        runner = ModelRunner(model, max_batch, max_len, track_mtp=policy.spec not in ("draft", "eagle"),
+                             dflash=dflash, draft_model=draft_model, eagle=eagle)
         num_drafts = model.cfg.mtp_depth if model.mtp is not None else 0
         built = build_policy(policy, num_drafts, cost_state, dflash_block=dflash.block if dflash is not None else None,
-                             draft_model=draft_model is not None)
+                             draft_model=draft_model is not None, eagle=eagle is not None,
+                             draft_cost_state=draft_cost_state)
         scheduler = Scheduler(runner, built, model_id, tokenizer=tokenizer)
         return cls(scheduler, names, keys if keys is not None else KeyRing({}), chat=chat)
 

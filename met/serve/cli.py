@@ -37,10 +37,11 @@ def serve(
         help="Embedded recipe name, or a Hugging Face checkpoint folder (Llama, Mistral, Qwen2, Qwen3) to serve.")] = DEFAULT_RECIPE,
     spec: Annotated[str | None, typer.Option(
         help=f"Drafting: {' | '.join(SERVE_SPECS)} (default: mtp if the model has an MTP module, else "
-             "prompt-lookup).", show_default=False)] = None,
+             "prompt-lookup; with --draft-model and --spec-cost-model measured, mtp+draft on a model with an MTP "
+             "module, else draft).", show_default=False)] = None,
     spec_cost_model: Annotated[str, typer.Option(
         help="static: the MTP gate, ladder and adaptive rung; measured: plan depth from the cost table "
-             "(--spec mtp or draft only), and copy from each request's history instead where the calibration's "
+             "(--spec mtp, draft or mtp+draft), and copy from each request's history instead where the calibration's "
              "prompt-lookup bins say a copy pays more.")] = "static",
     spec_cost_table: Annotated[Path | None, typer.Option(
         parser=nonempty_path, help="Cost table (default: tables/<box_class>/<recipe>.toml; with --draft-model, "
@@ -73,13 +74,14 @@ def serve(
         "drafts (a longer one is likelier accepted; where a verified draft costs much, as on a CPU, 3 pays).")] = 1,
     drafter: Annotated[Path | None, typer.Option(
         parser=nonempty_path,
-        help="DFlash drafter for --spec dflash (default: <recipe>.dflash.safetensors beside its weights).",
-        show_default=False)] = None,
+        help="DFlash drafter for --spec dflash (default: <recipe>.dflash.safetensors beside its weights); for "
+        "--spec eagle, the EAGLE-3 head's folder.", show_default=False)] = None,
     draft_model: Annotated[str | None, typer.Option(
-        parser=nonempty_model, help="Draft model for --spec draft: an embedded recipe name (e.g. met-tiny-py-draft) "
+        parser=nonempty_model, help="Draft model for --spec draft or mtp+draft: an embedded recipe name (e.g. "
+        "met-tiny-py-draft) "
         "or a checkpoint folder with the model's tokenizer and vocabulary.", show_default=False)] = None,
     draft_depth: Annotated[int | None, typer.Option(
-        min=1, max=16, help="--spec draft: the draft model's most drafts per step (default: 4, what the verify "
+        min=1, max=16, help="--spec draft, mtp+draft, eagle: the drafter's most drafts per step (default: 4, what the verify "
         "pools hold at widths 1..=8), the ladder's at widths 1..=8 and the planner's deepest; the pools clamp it as "
         "MTP's.", show_default=False)] = None,
     device: Annotated[str | None, typer.Option(
@@ -131,9 +133,10 @@ def serve(
     from met.bench.measured_boot import BootError, MeasuredBoot, boot_measured, default_calibration, default_table
     from met.engine import heap
     from met.engine.identity import box_class as derive_box_class, resolve_run, speculation_drift_warning
-    from met.engine.policy import DRAFT_DEPTH, PolicyConfig
+    from met.engine.policy import CHOICE, DRAFT_DEPTH, PolicyConfig
     from met.model.chat_template import template_for
     from met.model.dflash import DrafterError, load_drafter, shipped_path
+    from met.model.eagle3 import load_eagle3
     from met.model.sources import context_len, draft_model_for, resolve, tokenizer_for
     from met.serve import server, tui
     from met.serve.app import Service, create_app
@@ -144,19 +147,28 @@ def serve(
     if spec_cost_model not in COST_MODELS:
         raise typer.BadParameter(f"{spec_cost_model!r} is not one of {', '.join(COST_MODELS)}",
                                  param_hint="--spec-cost-model")
-    if spec_cost_model == "measured" and spec not in ("mtp", "draft", None):
+    if spec_cost_model == "measured" and spec not in ("mtp", "draft", CHOICE, None):
         raise typer.BadParameter(f"the measured planner plans MTP or draft-model depth; --spec {spec} has no "
-                                 "calibrated drafter (use --spec mtp, --spec draft or --spec-cost-model static)",
+                                 "calibrated drafter (use --spec mtp, draft, mtp+draft or --spec-cost-model static)",
                                  param_hint="--spec-cost-model")
-    if (draft_model is not None) != (spec == "draft"):
-        raise typer.BadParameter("--spec draft drafts with --draft-model: give both or neither",
+    if spec == CHOICE and spec_cost_model != "measured":
+        raise typer.BadParameter("--spec mtp+draft chooses by the drafters' measured tables; pass --spec-cost-model "
+                                 "measured", param_hint="--spec")
+    if (draft_model is not None) != (spec in ("draft", CHOICE)) and not (spec is None and spec_cost_model == "measured"):
+        raise typer.BadParameter("--spec draft (and mtp+draft) drafts with --draft-model: give both or neither",
                                  param_hint="--draft-model")
-    if draft_depth is not None and spec != "draft":
-        raise typer.BadParameter("the draft model's depth, for --spec draft only; this serve would not use it",
-                                 param_hint="--draft-depth")
-    if drafter is not None and spec != "dflash":
-        raise typer.BadParameter(f"the DFlash drafter of --spec dflash; --spec {spec or 'mtp'} would not use it",
-                                 param_hint="--drafter")
+    if draft_depth is not None and spec not in ("draft", CHOICE, "eagle") and draft_model is None:
+        raise typer.BadParameter("the drafter's depth, for --spec draft, mtp+draft and eagle only; this serve would "
+                                 "not use it", param_hint="--draft-depth")
+    if drafter is not None and spec not in ("dflash", "eagle"):
+        raise typer.BadParameter(f"the DFlash drafter of --spec dflash or the EAGLE-3 head of --spec eagle; --spec "
+                                 f"{spec or 'mtp'} would not use it", param_hint="--drafter")
+    if spec == "eagle" and drafter is None:
+        raise typer.BadParameter("--spec eagle drafts with an EAGLE-3 head: pass its folder", param_hint="--drafter")
+    if spec == CHOICE and (spec_cost_table is not None or calibration is not None):
+        raise typer.BadParameter("--spec mtp+draft reads each drafter's table and calibration from its default "
+                                 "path (tables/<box_class>/<recipe>.toml and <recipe>.draft-<draft model>.toml)",
+                                 param_hint="--spec-cost-table")
     if lift_wide_tier and spec == "dflash":
         raise typer.BadParameter("it lifts the MTP verify pools; --spec dflash sizes its pools from the DFlash rung "
                                  "(its gamma at every width, up to the drafter's block)", param_hint="--lift-wide-tier")
@@ -186,18 +198,27 @@ def serve(
         raise typer.BadParameter(f"{small.name}'s context of {small.config.max_seq_len} tokens is shorter than the "
                                  f"serve's {context}; pass --max-len {small.config.max_seq_len} or less",
                                  param_hint="--draft-model")
+    if spec is None and small is not None:  # measured, a draft model: beside the MTP module if there is one
+        spec = CHOICE if recipe.config.mtp_depth else "draft"
     if spec is None:
         spec = "mtp" if recipe.config.mtp_depth or spec_cost_model == "measured" else "prompt-lookup"
+    if spec == CHOICE and not recipe.config.mtp_depth:
+        raise typer.BadParameter(f"{recipe.name} has no MTP module to choose beside the draft model; use --spec draft",
+                                 param_hint="--spec")
     if spec == "mtp" and not recipe.config.mtp_depth:
         hint = "use --spec ngram or prompt-lookup" + (" with --spec-cost-model static" if spec_cost_model != "static"
                                                       else "")
         raise typer.BadParameter(f"{recipe.name} has no MTP module to draft with; {hint}", param_hint="--spec")
-    cost_state = None
-    table = spec_cost_table or default_table(box, recipe.name, small.name if small is not None else None)
+    cost_state = draft_state = None
+    table = spec_cost_table or default_table(box, recipe.name, small.name if spec == "draft" else None)
     if spec_cost_model == "measured":
         boot = MeasuredBoot(table, calibration or default_calibration(table), spec_cost_slack, energy, box_class)
         try:
-            cost_state = boot_measured(recipe, settings, boot, draft=small)
+            cost_state = boot_measured(recipe, settings, boot, draft=small if spec == "draft" else None)
+            if spec == CHOICE:  # and the draft model's own table and calibration
+                draft_table = default_table(box, recipe.name, small.name)
+                draft_state = boot_measured(recipe, settings, MeasuredBoot(
+                    draft_table, default_calibration(draft_table), spec_cost_slack, energy, box_class), draft=small)
         except BootError as exc:
             raise _fail(exc.code, *exc.lines) from None
     try:
@@ -209,25 +230,29 @@ def serve(
         small_net = small.load(getattr(torch, settings.dtype), settings.device) if small is not None else None
     except RecipeError as exc:
         raise _fail(exc.status, f"error: {exc}") from None
-    block = None
-    if spec == "dflash":
-        try:
+    block = head = None
+    try:
+        if spec == "dflash":
             block = load_drafter(drafter or shipped_path(recipe), recipe.id, getattr(torch, settings.dtype),
                                  settings.device)
-        except DrafterError as exc:
-            raise _fail(exc.status, f"error: {exc}") from None
+        if spec == "eagle":
+            head = load_eagle3(drafter, recipe.config, getattr(torch, settings.dtype), settings.device)
+    except DrafterError as exc:
+        raise _fail(exc.status, f"error: {exc}") from None
     pools = VerifyPools(DEFAULT_POOLS.tiers, lift_wide_tier=lift_wide_tier)
     names = (recipe.name, recipe.id) + ((model,) if model not in (recipe.name, recipe.id) else ())
     config = PolicyConfig(spec, lookup_depth, lookup_min_ngram, pools, draft_depth or DRAFT_DEPTH)
     service = Service.build(net, recipe.id, names, config, max_batch, context, cost_state, keys, tokenizer, block,
-                            chat, small_net)
+                            chat, small_net, head, draft_state)
     heap.settle()  # boot's objects out of the collector's full passes for the life of the serve
-    _banner(service, recipe.id, host, port, settings, box, table if cost_state else None, cost_state, keys,
+    tables = [table] + ([draft_table] if draft_state is not None else []) if cost_state is not None else []
+    _banner(service, recipe.id, host, port, settings, box, tables, keys,
             (small.id, config.draft_depth) if small is not None else None)
     if (warning := speculation_drift_warning(settings.dtype, spec)) is not None:
         typer.echo(f"  {warning}", err=True)
-    for line in table_warnings(cost_state.table, table, max_batch, table_max_age) if cost_state else []:
-        typer.echo(f"  {line}", err=True)  # narrower than --max-batch, a --quick table, an old one
+    for state, path in zip((cost_state, draft_state), tables):
+        for line in table_warnings(state.table, path, max_batch, table_max_age):
+            typer.echo(f"  {line}", err=True)  # narrower than --max-batch, a --quick table, an old one
     app = create_app(service)
     try:
         if tui_:
@@ -264,9 +289,9 @@ def _keys(api_keys: list[str], keys_file: Path | None, open_metrics: bool = Fals
 
 
 def _banner(service: Service, recipe_id: str, host: str, port: int, settings: RunSettings, box: str,
-            table: Path | None, cost_state: SpecCostState | None, keys: KeyRing,
-            draft: tuple[str, int] | None = None) -> None:
-    """The boot lines: what is served, how, from which table; draft: the draft model's id and most drafts."""
+            tables: list[Path], keys: KeyRing, draft: tuple[str, int] | None = None) -> None:
+    """The boot lines: what is served, how, from which tables (each measured planner's, in its order); draft: the
+    draft model's id and most drafts."""
     from met.speculative.spec_cost.plan import unknown
 
     sched = service.scheduler
@@ -275,18 +300,23 @@ def _banner(service: Service, recipe_id: str, host: str, port: int, settings: Ru
                f"{sched.max_len} tokens", err=True)
     if draft is not None:
         typer.echo(f"  drafting with the draft model {draft[0]}, up to {draft[1]} drafts a step", err=True)
-    if cost_state is not None:
-        key = cost_state.table.key
+    planners = getattr(sched.policy, "planners", [sched.policy]) if tables else []
+    if len(planners) > 1:
+        typer.echo(f"  choosing every step among {', '.join(p.drafter for p in planners)} by their own tables", err=True)
+    for planner, table in zip(planners, tables):
+        state = planner.state
+        key = state.table.key
         widths = sorted({1, sched.runner.cache.max_batch})
-        plans = "; ".join(f"width {n}: {cost_state.plan(unknown(n), kmax=sched.policy.kmax(n)).why}" for n in widths)
-        when = measured_ago(cost_state.table.meta)
-        others = " and from the tenant's other requests" if sched.policy.copies.shared_ngram else ""
+        plans = "; ".join(f"width {n}: {state.plan(unknown(n), kmax=planner.kmax(n)).why}" for n in widths)
+        when = measured_ago(state.table.meta)
+        others = " and from the tenant's other requests" if planner.copies.shared_ngram else ""
         copies = (f"weighing copies from each history{others} (the calibration's prompt-lookup bins; up to "
-                  f"{sched.policy.copy_kmax(1)} deep at width 1)" if cost_state.calibration.lookup
-                  else f"{'MTP' if draft is None else 'draft-model'} drafts only (the calibration has no "
+                  f"{planner.copy_kmax(1)} deep at width 1)" if state.calibration.lookup
+                  else f"{'MTP' if planner.drafter == 'mtp' else 'draft-model'} drafts only (the calibration has no "
                   "prompt-lookup bins)")
-        typer.echo(f"  planning from {table} ({when + ', ' if when else ''}energy_source {key.energy_source}, "
-                   f"slack {cost_state.slack:g}), {copies}; with position priors, {plans}", err=True)
+        named = f"{planner.drafter} " if len(planners) > 1 else ""
+        typer.echo(f"  planning {named}from {table} ({when + ', ' if when else ''}energy_source "
+                   f"{key.energy_source}, slack {state.slack:g}), {copies}; with position priors, {plans}", err=True)
     tenants = sorted(set(keys.keys.values()))
     typer.echo(f"  auth: {'none (open)' if keys.open else f'{len(keys.keys)} keys, tenants ' + ', '.join(tenants)}",
                err=True)

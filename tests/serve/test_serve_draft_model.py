@@ -142,11 +142,11 @@ def test_a_draft_model_of_another_vocabulary_exits_65_naming_both(folders, no_lo
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--spec", "draft"], "--spec draft drafts with --draft-model: give both or neither"),  # nothing to draft with
-    (["--draft-model", "{small}"], "--spec draft drafts with --draft-model: give both or neither"),  # unused
+    (["--spec", "draft"], "drafts with --draft-model: give both or neither"),  # nothing to draft with
+    (["--draft-model", "{small}"], "drafts with --draft-model: give both or neither"),  # unused
     (["--spec", "prompt-lookup", "--draft-model", "{small}"], "give both or neither"),  # another drafter's spec
-    (["--spec", "mtp", "--draft-depth", "2"], "for --spec draft only"),  # a depth nothing would use
-    (["--spec", "ngram", "--spec-cost-model", "measured"], "--spec draft or --spec-cost-model static"),  # no planner
+    (["--spec", "mtp", "--draft-depth", "2"], "mtp+draft and eagle only"),  # a depth nothing would use
+    (["--spec", "ngram", "--spec-cost-model", "measured"], "mtp+draft or --spec-cost-model static"),  # no planner
 ], ids=["spec-alone", "draft-model-alone", "other-spec", "depth-alone", "measured-hint"])
 def test_draft_options_without_each_other_exit_2(folders, no_load, args, words):
     target, small, _ = folders
