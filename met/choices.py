@@ -17,4 +17,5 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # met.s
 ENERGY_CHOICES = ("auto", "nvml", "rapl", "none")  # met.bench.meters.ENERGY_CHOICES
 POLICIES = ("off", "fixed-1", "fixed-2", "fixed-3", "fixed-4", "static", "prompt-lookup", "measured")  # bench policies
 # met.bench.policies.OPTIONAL_POLICIES: run only when named (the draft-* ones also by default with --draft-model)
-OPTIONAL_POLICIES = ("dflash", "draft-fixed-1", "draft-fixed-2", "draft-fixed-3", "draft-fixed-4", "draft-measured")
+OPTIONAL_POLICIES = ("dflash", "draft-fixed-1", "draft-fixed-2", "draft-fixed-3", "draft-fixed-4", "draft-measured",
+                     "mtp+draft-measured")

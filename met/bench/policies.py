@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 from met.engine import heap
 from met.engine.policy import DRAFT_DEPTH
+from met.engine.policy_choice import DrafterChoicePolicy
 from met.engine.policy_base import Outcome, PlainPolicy, Policy, StepPlan, drafter_width
 from met.engine.policy_dflash import DflashPolicy, RunnerDflash
 from met.engine.policy_lookup import LookupPolicy
@@ -39,7 +40,9 @@ from met.speculative.spec_cost import SpecCostState
 
 FIXED_DEPTHS = (1, 2, 3, 4)
 POLICIES = ("off", *(f"fixed-{k}" for k in FIXED_DEPTHS), "static", "prompt-lookup", "measured")  # the default set
-DRAFT_POLICIES = (*(f"draft-fixed-{k}" for k in FIXED_DEPTHS), "draft-measured")  # the draft model's, as the MTP ones
+CHOICE_POLICY = "mtp+draft-measured"  # both measured planners, the better plan each step (met serve --spec mtp+draft)
+# the draft model's, as the MTP ones, and the choice between it and MTP
+DRAFT_POLICIES = (*(f"draft-fixed-{k}" for k in FIXED_DEPTHS), "draft-measured", CHOICE_POLICY)
 # run only when named: the recipe's DFlash block drafter (met serve --spec dflash); the draft-* ones also by default
 # when a draft model is given (met serve --spec draft --draft-model)
 OPTIONAL_POLICIES = ("dflash", *DRAFT_POLICIES)
@@ -94,7 +97,7 @@ def policy_factories(names: Sequence[str], num_drafts: int, pools: VerifyPools, 
     out: dict[str, PolicyFactory] = {}
     for name in names:
         if name in DRAFT_POLICIES:
-            out[name] = _draft_factory(name, pools, draft_model, draft_state)
+            out[name] = _draft_factory(name, pools, draft_model, draft_state, cost_state, num_drafts)
         elif name == "off":
             out[name] = PlainPolicy
         elif name.startswith("fixed-") and name in POLICIES:
@@ -120,15 +123,22 @@ def policy_factories(names: Sequence[str], num_drafts: int, pools: VerifyPools, 
     return out
 
 
-def _draft_factory(name: str, pools: VerifyPools, draft_model: bool,
-                   draft_state: SpecCostState | None) -> PolicyFactory:
-    """A draft-* policy: the MTP policy of the same name drafting with the runners' draft model."""
+def _draft_factory(name: str, pools: VerifyPools, draft_model: bool, draft_state: SpecCostState | None,
+                   cost_state: SpecCostState | None = None, num_drafts: int = 0) -> PolicyFactory:
+    """A draft-* policy: the MTP policy of the same name drafting with the runners' draft model; or the choice
+    between the MTP module (cost_state, num_drafts) and the draft model (draft_state)."""
     if not draft_model:
         raise ValueError(f"policy {name!r} drafts with a draft model; give one (--draft-model NAME|PATH)")
+    if name in ("draft-measured", CHOICE_POLICY) and draft_state is None:
+        raise ValueError(f"policy {name!r} needs the draft model's cost table and calibration")
     if name == "draft-measured":
-        if draft_state is None:
-            raise ValueError("policy 'draft-measured' needs the draft model's cost table and calibration")
         return lambda: MtpPlannedPolicy(draft_state, DRAFT_DEPTH, pools, "draft")
+    if name == CHOICE_POLICY:
+        if cost_state is None or num_drafts < 1:
+            raise ValueError(f"policy {name!r} chooses between the MTP module and the draft model: it needs a model "
+                             "with an MTP module and its cost table and calibration")
+        return lambda: DrafterChoicePolicy([MtpPlannedPolicy(cost_state, num_drafts, pools, "mtp"),
+                                            MtpPlannedPolicy(draft_state, DRAFT_DEPTH, pools, "draft")])
     depth = int(name.removeprefix("draft-fixed-"))
     return lambda: MtpFixedPolicy(depth, DRAFT_DEPTH, pools, "draft")
 

@@ -130,7 +130,8 @@ def policies(
     With --draft-model (by default, or when named): draft-fixed-1..draft-fixed-4 and
     draft-measured, the same policies drafting with the draft model (met serve --spec draft),
     draft-measured planning from the draft model's own table and calibration (--draft-table, booted
-    as the serve boots it). Each runs at every concurrency, interleaved over the repeats (the order
+    as the serve boots it), and mtp+draft-measured, both planners, the better plan run each step
+    (met serve --spec mtp+draft). Each runs at every concurrency, interleaved over the repeats (the order
     reversed every other repeat); greedy outputs must be identical everywhere. Prints and writes the
     report with PASS/FAIL for the planner's three checks (within 3% of every fixed depth, 10% ahead
     of the best fixed depth on average, 1.8x plain decode at concurrency 1), each paired ratio with
@@ -205,8 +206,8 @@ def policies(
                         f"{r.config.max_seq_len} of recipe {r.name}")
     table_path = draft_table_path = None
     cost_state = draft_state = None
-    planned = "measured" in names or table is not None
-    draft_planned = "draft-measured" in names or draft_table is not None
+    planned = "measured" in names or pol.CHOICE_POLICY in names or table is not None
+    draft_planned = "draft-measured" in names or pol.CHOICE_POLICY in names or draft_table is not None
     if not planned and not draft_planned:
         try:  # no table prices joules here, but a source asked for by name must work, as with a table
             energy_source(energy, settings.device)

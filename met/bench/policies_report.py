@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from met.bench.policies import DRAFT_POLICIES, FIXED_DEPTHS, Run
+from met.bench.policies import CHOICE_POLICY, DRAFT_POLICIES, FIXED_DEPTHS, Run
 from met.bench.policies_identity import Mismatch
 from met.engine.runner import RECURSIVE_DRAFTERS
 from met.speculative.spec_cost import CostTable
@@ -77,7 +77,9 @@ def summarise(runs: Sequence[Run], table: CostTable | None, draft_table: CostTab
     for (policy, c), group in groups.items():
         rates = [r.tokens / r.seconds for r in group]
         median = statistics.median(rates)
-        priced = [price(r, draft_table if policy in DRAFT_POLICIES else table) for r in group]
+        # the choice's steps are priced by two tables, which no one run's price can say apart: not priced
+        priced = [None if policy == CHOICE_POLICY else price(r, draft_table if policy in DRAFT_POLICIES else table)
+                  for r in group]
         tokens = sum(r.tokens for r in group)
         jpt = sum(priced) / tokens if tokens and all(p is not None for p in priced) else None
         verify = sum(r.verify_seq_steps for r in group)

@@ -48,8 +48,11 @@ def test_draft_policies_draft_with_the_draft_model_and_leave_greedy_text_plain(m
     key = TableKey(BOX, "micro@t", "none", {m: "0" * 16 for m in DRAFT_MODEL_MODES})
     drafter = draft_model_drafter_key(type("R", (), {"name": "small", "digest": "s"})())
     state = SpecCostState(_table(key), _calibration(drafter), 0.1, key, drafter)
-    names = ["off", "fixed-2", *pol.DRAFT_POLICIES]
-    factories = pol.policy_factories(names, model.cfg.mtp_depth, DEFAULT_POOLS, None, {}, draft_model=True,
+    mtp_key = TableKey(BOX, "micro@t", "none", {m: "1" * 16 for m in MODES})
+    mtp_drafter = mtp_drafter_key(type("R", (), {"name": "micro", "digest": "t"})())
+    mtp = SpecCostState(_table(mtp_key), _calibration(mtp_drafter), 0.1, mtp_key, mtp_drafter)
+    names = ["off", "fixed-2", *pol.DRAFT_POLICIES]  # the choice between MTP and the draft model among them
+    factories = pol.policy_factories(names, model.cfg.mtp_depth, DEFAULT_POOLS, mtp, {}, draft_model=True,
                                      draft_state=state)
     runs = pol.run_all(model, "micro@t", factories, pol.Workload(PROMPTS, 12, (1, 4), 1),
                        draft_model=near(model, 0.05))
