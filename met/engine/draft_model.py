@@ -15,7 +15,7 @@ import torch
 
 from met.model.kv_cache import KVCache
 from met.model.transformer import CacheContext, Transformer
-from met.speculative.catchup import catchup_groups
+from met.speculative.catchup import catchup_groups, check_verified
 
 
 class DraftModel:
@@ -72,10 +72,7 @@ class DraftModel:
     def catch_up(self, slots: list[int]) -> torch.Tensor:
         """Run each slot's waiting tokens into the cache; the logits [B, V] after each one's last (its first draft's)."""
         rows = [len(self.behind[s]) for s in slots]
-        if not all(rows):
-            slot = slots[rows.index(0)]
-            raise RuntimeError(f"slot {slot} was drafted for and not verified since; verify its drafts before "
-                               "drafting again")
+        check_verified(slots, rows)
         last: list[torch.Tensor] = [None] * len(slots)  # type: ignore[list-item]
         for group in catchup_groups(rows):
             g_slots = [slots[b] for b in group]

@@ -17,7 +17,7 @@ import torch
 from met.model.eagle3 import Eagle3Head
 from met.model.kv_cache import KVCache
 from met.model.transformer import CacheContext, Transformer
-from met.speculative.catchup import catchup_groups
+from met.speculative.catchup import catchup_groups, check_verified
 
 
 class EagleDrafter:
@@ -69,10 +69,7 @@ class EagleDrafter:
     def catch_up(self, slots: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """Run each slot's waiting rows into the cache: (first draft's logits [B, vocab], the head's output [B, dim])."""
         rows = [len(self.behind_tok[s]) for s in slots]
-        if not all(rows):
-            slot = slots[rows.index(0)]
-            raise RuntimeError(f"slot {slot} was drafted for and not verified since; verify its drafts before "
-                               "drafting again")
+        check_verified(slots, rows)
         last: list[torch.Tensor] = [None] * len(slots)  # type: ignore[list-item]
         for group in catchup_groups(rows):
             g_slots = [slots[b] for b in group]

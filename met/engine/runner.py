@@ -15,7 +15,7 @@ from met.model.dflash import DflashDrafter
 from met.model.eagle3 import Eagle3Head
 from met.model.kv_cache import KVCache
 from met.model.transformer import CacheContext, Transformer
-from met.speculative.catchup import catchup_groups
+from met.speculative.catchup import catchup_groups, check_verified
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,10 +328,7 @@ class ModelRunner:
         act_slots = [slots[i] for i in active]
         seqs = [self.seqs[s] for s in act_slots]
         rows = [len(s.catchup_tok) for s in seqs]
-        if not all(rows):  # its last draft's catch-up took them, and no verify has added the next
-            slot = act_slots[rows.index(0)]
-            raise RuntimeError(f"slot {slot} was drafted for and not verified since; verify its drafts before "
-                               "drafting again")
+        check_verified(act_slots, rows)
         groups = catchup_groups(rows)
         if len(groups) == 1:
             h = self._catch_up(act_slots, seqs, rows)  # [B, dim] MTP hidden that predicts draft 1

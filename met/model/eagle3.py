@@ -34,7 +34,7 @@ from met.model.config import ModelConfig
 from met.model.dflash import DrafterError
 from met.model.errors import RecipeError
 from met.model.kv_cache import PAD_ROOM
-from met.model.transformer import CacheContext, RMSNorm, apply_rope, rope_table
+from met.model.transformer import MLP, CacheContext, RMSNorm, apply_rope, rope_table
 
 ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")  # the names published heads' configs give
 
@@ -99,17 +99,6 @@ class _Attention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
 
 
-class _MLP(nn.Module):
-    def __init__(self, cfg: Eagle3Config):
-        super().__init__()
-        self.gate_proj = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
-        self.up_proj = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
-        self.down_proj = nn.Linear(cfg.ffn_dim, cfg.dim, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
 class _Midlayer(nn.Module):
     def __init__(self, cfg: Eagle3Config):
         super().__init__()
@@ -117,7 +106,7 @@ class _Midlayer(nn.Module):
         self.hidden_norm = RMSNorm(cfg.dim, cfg.norm_eps)  # on the fused (or the head's own) hidden
         self.self_attn = _Attention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
-        self.mlp = _MLP(cfg)
+        self.mlp = MLP(cfg)  # the decoder's SwiGLU: it reads dim and ffn_dim, which the head's config has too
 
 
 class Eagle3Head(nn.Module):

@@ -23,3 +23,10 @@ def catchup_groups(rows: list[int]) -> list[list[int]]:
         if r > CATCHUP_SHARED_ROWS:
             classes.setdefault((r - 1).bit_length(), []).append(b)  # r in (2^(c-1), 2^c]
     return ([short] if short else []) + [classes[c] for c in sorted(classes)]
+
+
+def check_verified(slots: list[int], rows: list[int]) -> None:
+    """RuntimeError if a slot has no rows to catch up on: its last draft took them and no verify has added more."""
+    if not all(rows):
+        raise RuntimeError(f"slot {slots[rows.index(0)]} was drafted for and not verified since; verify its drafts "
+                           "before drafting again")

@@ -4,10 +4,8 @@ every refusal (options, tokenizer, vocabulary, context, tables) before the port 
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
@@ -23,32 +21,13 @@ from met.exit_codes import EX_CONFIG, EX_DATAERR
 from met.model.recipes import Recipe
 from met.model.sources import resolve, tokenizer_for
 from met.speculative.spec_cost import SpecCostState
+from serve_process import free_port, wait_healthy
 
 pytest.importorskip("transformers")  # checkpoint() saves the folders through it
 
 PROMPT = "def add(a, b):\n    return"
 CHATML = ("{% for m in messages %}<s>{{ m['role'] }}\n{{ m['content'] }}</s>\n{% endfor %}"
           "{% if add_generation_prompt %}<s>assistant\n{% endif %}")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_healthy(proc: subprocess.Popen, url: str, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"met serve exited {proc.returncode}: {proc.stderr.read()}")
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError("met serve did not come up")
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +60,7 @@ def test_a_draft_model_serves_transformers_greedy_text_and_its_drafts_are_counte
     openai = pytest.importorskip("openai")
     target, small, hf = folders
     tok = tokenizer_for(resolve(str(target)))
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
         [sys.executable, "-c", "from met.cli import main; main()", "serve", "--model", str(target), "--draft-model",
@@ -89,7 +68,7 @@ def test_a_draft_model_serves_transformers_greedy_text_and_its_drafts_are_counte
          str(port), "--max-batch", "2", "--log-level", "warning"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ | {"PYTHONUNBUFFERED": "1"})
     try:
-        _wait_healthy(proc, url)
+        wait_healthy(proc, url)
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
         want = tok.decode(hf_greedy(hf, tok.encode(PROMPT), 24))
         got = client.completions.create(model="Q3", prompt=PROMPT, max_tokens=24, temperature=0)

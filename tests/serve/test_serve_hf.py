@@ -2,12 +2,9 @@
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 
-import httpx
 import openai
 import pytest
 from typer.testing import CliRunner
@@ -15,30 +12,11 @@ from typer.testing import CliRunner
 from checkpoint_helpers import checkpoint, hf_greedy
 from met.cli import app
 from met.model.sources import resolve, tokenizer_for
+from serve_process import free_port, wait_healthy
 
 transformers = pytest.importorskip("transformers")
 
 PROMPTS = ["def add(a, b):\n    return", "café 日本語 😀"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_healthy(proc: subprocess.Popen, url: str, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"met serve exited {proc.returncode}: {proc.stderr.read()}")
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError("met serve did not come up")
 
 
 @pytest.mark.parametrize("family, overrides", [("qwen2", {}), ("qwen3", {"head_dim": 16})])
@@ -50,7 +28,7 @@ def test_met_serve_model_folder_answers_openai_with_transformers_greedy_text(tmp
     folder = tmp_path / name
     hf = checkpoint(folder, family, **overrides)
     tok = tokenizer_for(resolve(str(folder)))
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
         [sys.executable, "-c", "from met.cli import main; main()", "serve", "--model", str(folder), "--dtype",
@@ -58,7 +36,7 @@ def test_met_serve_model_folder_answers_openai_with_transformers_greedy_text(tmp
          "--log-level", "warning"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ | {"PYTHONUNBUFFERED": "1"})
     try:
-        _wait_healthy(proc, url)
+        wait_healthy(proc, url)
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
         assert [m.id for m in client.models.list().data] == [name]
         for prompt in PROMPTS:
