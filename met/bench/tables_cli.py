@@ -206,7 +206,7 @@ def _copies_summary(table: CostTable) -> str:
 def key_mismatches(parsed: CostTable | AcceptanceCalibration, recipe: str, box_class: str | None,
                    device: str | None, dtype: str | None, draft_model: str | None = None) -> list[str]:
     """How the file's key differs from what this box would measure or serve for `recipe` (one line each), drafting
-    with `draft_model` where one is named."""
+    with `draft_model` where one is named, else with the embedded draft model the file names, if it is here."""
     # Not at the top: the key needs torch and the recipe, and `--no-key` (and `show`) need neither.
     from met.engine import identity
     from met.model.recipes import RecipeError
@@ -219,6 +219,11 @@ def key_mismatches(parsed: CostTable | AcceptanceCalibration, recipe: str, box_c
     except RecipeError as exc:  # its status: 66 missing, 65 a damaged card or another tokenizer (CheckpointError)
         raise Refusal(exc.status, f"cannot compare the key: {exc}; or pass --no-key to check the file alone") \
             from None
+    if draft is None and (named := _draft_named(parsed)) is not None:  # an embedded draft model compares as itself
+        try:
+            draft = draft_model_for(found, named)
+        except RecipeError:  # a folder's model name, or one not here: the lines below ask for --draft-model
+            pass
     if isinstance(parsed, AcceptanceCalibration):
         mine = identity.mtp_drafter_key(found) if draft is None else identity.draft_model_drafter_key(draft)
         if parsed.drafter == mine:
@@ -252,6 +257,16 @@ def key_mismatches(parsed: CostTable | AcceptanceCalibration, recipe: str, box_c
     lines += [f"mode '{m}' is not one this met runs ({', '.join(identity.KNOWN_MODES)}); re-measure with this met"
               for m in parsed.key.modes if m not in identity.KNOWN_MODES]
     return lines
+
+
+def _draft_named(parsed: CostTable | AcceptanceCalibration) -> str | None:
+    """The draft model a table's draft step or a calibration's drafts came from, by its recipe name (None: none)."""
+    from met.speculative.spec_cost import AcceptanceCalibration
+
+    if isinstance(parsed, AcceptanceCalibration):
+        return parsed.drafter.name if parsed.drafter.kind == "draft" else None
+    drafted = parsed.meta.get("draft_model")
+    return drafted.rsplit("@", 1)[0] if isinstance(drafted, str) and "draft_model" in parsed.key.modes else None
 
 
 def _dflash_config(recipe, settings) -> dict:

@@ -156,15 +156,23 @@ def test_a_table_of_another_draft_model_at_out_is_refused(quick_run, recipes, tm
 
 
 def test_tables_check_compares_a_draft_models_files_with_draft_model(quick_run, recipes):
-    # with --draft-model micro-d: 0 for both files; another draft model: 78; none named: 78 saying to name one
+    # with --draft-model micro-d: 0 for both files; another draft model: 78; none named: the embedded draft model the
+    # file names (0), and where that one is not here, 78 saying to name one
     _, out = quick_run
     check = ["tables", "check", "--recipe", "micro-t", "--box-class", BOX]
     for path in (out, calibration_path(out)):
         assert CliRunner().invoke(app, [*check, "--draft-model", "micro-d", str(path)]).exit_code == EX_OK
         other = CliRunner().invoke(app, [*check, "--draft-model", "micro-e", str(path)])
         assert other.exit_code == EX_CONFIG, other.output
-        unnamed = CliRunner().invoke(app, [*check, str(path)])
-        assert unnamed.exit_code == EX_CONFIG and "--draft-model" in unnamed.stderr, unnamed.output
+        assert CliRunner().invoke(app, [*check, str(path)]).exit_code == EX_OK
+    weights = recipes["micro-d"].weights
+    weights.rename(weights.with_suffix(".gone"))
+    try:
+        for path in (out, calibration_path(out)):
+            unnamed = CliRunner().invoke(app, [*check, str(path)])
+            assert unnamed.exit_code == EX_CONFIG and "--draft-model" in unnamed.stderr, unnamed.output
+    finally:
+        weights.with_suffix(".gone").rename(weights)
     other = CliRunner().invoke(app, [*check, "--draft-model", "micro-e", str(out)])
     assert "plan_digests.draft_model" in other.stderr or "'draft_model'" in other.stderr
 
