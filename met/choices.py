@@ -12,7 +12,8 @@ RUN_DTYPES = ("float32", "bfloat16", "float16", "float64")  # met.engine.identit
 MAX_THREADS = 1024  # met.engine.identity.MAX_THREADS
 SPEC_MODES = ("off", "mtp", "draft", "ngram", "prompt-lookup", "dflash", "eagle")  # met.engine.proposer.SPEC_MODES (generate --spec)
 NGRAM_MAX = 4  # met.engine.proposer.NGRAM_MAX: the longest suffix the n-gram proposers match
-SERVE_SPECS = ("off", "mtp", "draft", "mtp+draft", "eagle", "ngram", "prompt-lookup", "dflash")  # met.engine.policy (serve --spec)
+SERVE_SPECS = ("off", "mtp", "draft", "mtp+draft", "eagle", "mtp+eagle", "draft+eagle", "mtp+draft+eagle", "ngram",
+               "prompt-lookup", "dflash")  # met.engine.policy (serve --spec)
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # met.serve.server.LOG_LEVELS (uvicorn's)
 ENERGY_CHOICES = ("auto", "nvml", "rapl", "none")  # met.bench.meters.ENERGY_CHOICES
 POLICIES = ("off", "fixed-1", "fixed-2", "fixed-3", "fixed-4", "static", "prompt-lookup", "measured")  # bench policies

@@ -1,7 +1,7 @@
 """The drafter's acceptance calibration: run the drafter against the target, record and fit every judged draft.
 
-The drafter is the target's MTP module, or a draft model (a smaller model of its tokenizer)
-drafting in its place: a calibration holds for the drafter it was fitted on, and the planner
+The drafter is the target's MTP module, or a draft model (a smaller model of its tokenizer) or an
+EAGLE-3 head drafting in its place: a calibration holds for the drafter it was fitted on, and the planner
 refuses it for any other (its DrafterKey). Prompts are windows of the model card's held-out files
 by default (code the model never trained on; mid-file, clear of the windows `met bench policies`
 runs: `calibration_windows`), or the user's. Each prompt is generated greedily with the drafter's
@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from met import bounded_read
+from met.bench.step_fixture import drafter_of, runner_for
 from met.engine.prompts import PromptError, read_jsonl_prompts
-from met.engine.runner import Draft, ModelRunner, Sampling
+from met.engine.runner import Draft, Sampling
 from met.model.corpus import calibration_windows
+from met.model.eagle3 import Eagle3Head
 from met.model.tokenizer import BYTES, Tokenizer
 from met.model.transformer import Transformer
 from met.speculative.spec_cost import AcceptanceCalibration, DrafterKey
@@ -89,12 +91,16 @@ def judged(draft: Draft, accepted: int, previous: float | None = None) -> Iterat
         yield confidence, position <= accepted, position, previous
 
 
+_PROPOSE = {"mtp": "draft_mtp", "draft": "draft_small", "eagle": "draft_eagle"}  # drafter -> its ModelRunner method
+
+
 def collect(model: Transformer, prompts: list[list[int]], params: CalibrationParams,
             on_batch: Callable[[int, int], None] = lambda done, total: None,
             generations: list[tuple[list[int], list[int]]] | None = None,
-            draft_model: Transformer | None = None, eos_ids: frozenset[int] = BYTES.eos_ids) -> list[Outcome]:
+            draft_model: Transformer | None = None, eos_ids: frozenset[int] = BYTES.eos_ids,
+            eagle: Eagle3Head | None = None) -> list[Outcome]:
     """Every judged draft of greedy generation over the prompts, `params.batch` at a time, drafted by the model's MTP
-    module or by `draft_model`.
+    module, by `draft_model` or by `eagle` (an EAGLE-3 head).
 
     generations: when given, each prompt as the runner saw it and the tokens generated after it are
     appended to it (prompt lookup's calibration replays them). eos_ids: the tokens that end a
@@ -103,8 +109,8 @@ def collect(model: Transformer, prompts: list[list[int]], params: CalibrationPar
     longest = max(len(p) for p in prompts)
     limit = model.cfg.max_seq_len if draft_model is None else min(model.cfg.max_seq_len, draft_model.cfg.max_seq_len)
     max_len = min(limit, longest + params.new_tokens + params.depth + 1)
-    runner = ModelRunner(model, params.batch, max_len, track_mtp=draft_model is None, draft_model=draft_model)
-    propose = runner.draft_mtp if draft_model is None else runner.draft_small
+    runner = runner_for(model, params.batch, max_len, draft_model=draft_model, eagle=eagle)
+    propose = getattr(runner, _PROPOSE[drafter_of(runner)])
     outcomes: list[Outcome] = []
     for start in range(0, len(prompts), params.batch):
         batch = [p[-(max_len - params.depth - 2):] for p in prompts[start: start + params.batch]]
@@ -138,17 +144,18 @@ def collect(model: Transformer, prompts: list[list[int]], params: CalibrationPar
 def calibrate(model: Transformer, texts: list[str], drafter: DrafterKey, params: CalibrationParams,
               meta: dict[str, object] | None = None,
               on_batch: Callable[[int, int], None] = lambda done, total: None,
-              draft_model: Transformer | None = None, tokenizer: Tokenizer = BYTES) -> AcceptanceCalibration:
+              draft_model: Transformer | None = None, tokenizer: Tokenizer = BYTES,
+              eagle: Eagle3Head | None = None) -> AcceptanceCalibration:
     """Fit the drafter's AcceptanceCalibration on greedy generation from `texts` (SpecCostError if too few drafts).
 
-    draft_model: it drafts instead of the model's MTP module (`drafter` is then its key). tokenizer:
+    draft_model, eagle: it drafts instead of the model's MTP module (`drafter` is then its key). tokenizer:
     the model's, which encodes the texts (each cut to prompt_bytes tokens) and ends sequences.
     Prompt lookup's bins are fitted on the same generations (met.speculative.spec_cost.lookup): the
     history's own copies, and other requests' (each generation against the ones before it, in order).
     """
     prompts = [tokenizer.encode(t)[: params.prompt_bytes] or [0] for t in texts]
     generations: list[tuple[list[int], list[int]]] = []
-    outcomes = collect(model, prompts, params, on_batch, generations, draft_model, tokenizer.eos_ids)
+    outcomes = collect(model, prompts, params, on_batch, generations, draft_model, tokenizer.eos_ids, eagle)
     info = {"prompts": len(prompts), "prompt_bytes": params.prompt_bytes, "new_tokens": params.new_tokens,
             "depth": params.depth, "acceptance": "greedy (target argmax)", **(meta or {})}
     return AcceptanceCalibration.fit(outcomes, drafter, info, fit_lookup(generations), fit_shared_lookup(generations))

@@ -21,8 +21,8 @@ its own: a run's first step drafts after the prompt, so its draft beyond the run
 is the cell's catchup_s (the median over repeats), which the planner prices for sequences whose
 MTP block is far behind.
 The drafter is the model's MTP module, or a draft model (a smaller model of the target's tokenizer
-with a KV cache of its own) drafting in its place through the same fixed policy: its first step
-catches it up on the whole prompt, as the MTP block's does.
+with a KV cache of its own) or an EAGLE-3 head drafting in its place through the same fixed policy:
+its first step catches it up on the whole prompt, as the MTP block's does.
 A copy verify cell (n, k), at every depth from 1, is such a decode verifying k copies per
 sequence every step and drafting nothing (policy_lookup.CopyFixedPolicy: each sequence's history's
 matched copy, cycled, else its last tokens), its steps counted and timed as the others' (the host
@@ -44,12 +44,14 @@ from typing import NamedTuple
 
 from met.bench import policies
 from met.bench.policies import StepRecord
+from met.bench.step_fixture import drafter_of, runner_for
 from met.bench.sweep import (SweepParams, SweepResult, Task, iqr, paired_seconds, round_figure, tasks,
                              visit_order)
 from met.engine.policy_base import PlainPolicy, Policy
 from met.engine.policy_lookup import CopyFixedPolicy
 from met.engine.policy_mtp import MtpFixedPolicy
 from met.engine.runner import ModelRunner
+from met.model.eagle3 import Eagle3Head
 from met.model.tokenizer import BYTES, Tokenizer
 from met.model.transformer import Transformer
 from met.speculative.spec_capacity import VerifyPools
@@ -97,14 +99,14 @@ def run_cell(runner: ModelRunner, model_id: str, prompts: Sequence[Sequence[int]
              tokens: int = LOOP_TOKENS, tokenizer: Tokenizer = BYTES, copies: bool = False) -> CellRun:
     """One decode of len(prompts) requests (the runner's width) at a fixed depth: its counted steps and catch-up.
 
-    The runner's draft model drafts where it has one, else its MTP module. copies: verify `depth`
+    The runner's draft model or EAGLE-3 head drafts where it has one, else its MTP module. copies: verify `depth`
     copies every step, no drafter pass (a copy verify cell; no catch-up).
     """
     width = runner.cache.max_batch
     if len(prompts) != width:
         raise ValueError(f"{len(prompts)} prompts for a runner of width {width}")
     pools = VerifyPools(((width, depth),))  # no pool clamp: every sequence drafts `depth`
-    drafter = "mtp" if runner.draft_model is None else "draft"
+    drafter = drafter_of(runner)
     policy: Policy = PlainPolicy()
     if depth and copies:
         policy = CopyFixedPolicy(depth, pools)
@@ -114,18 +116,20 @@ def run_cell(runner: ModelRunner, model_id: str, prompts: Sequence[Sequence[int]
     counted = counted_steps(recorder.steps, width, depth)
     if copies:
         return CellRun(counted, None)
-    # a prompt's catch-up: the MTP block's, its tokens after the first, then one; a draft model's, every token
+    # a prompt's catch-up: the MTP block's, its tokens after the first, then one (an EAGLE-3 head's: each token's
+    # features); a draft model's, every token
     rows = statistics.mean(len(p) + (drafter == "draft") for p in prompts)
     return CellRun(counted, catch_up_per_row(recorder.steps, counted, width, depth, rows))
 
 
 def measure_in_loop(model: Transformer, model_id: str, prompts: Sequence[Sequence[int]], params: SweepParams,
                     on_run: Callable[[int, int, str], None] = lambda done, total, label: None,
-                    tokenizer: Tokenizer = BYTES, draft_model: Transformer | None = None) -> SweepResult:
+                    tokenizer: Tokenizer = BYTES, draft_model: Transformer | None = None,
+                    eagle: Eagle3Head | None = None) -> SweepResult:
     """Every cell of the sweep timed in running decodes of `prompts` (at least max(widths) of them).
 
     `tokenizer` is the model's: its EOS ids end requests and its decoder streams their text.
-    draft_model: it drafts the cells' drafts instead of the MTP module. NothingTimed if a cell's
+    draft_model, eagle: it drafts the cells' drafts instead of the MTP module. NothingTimed if a cell's
     decode ends before a step can be counted.
     """
     if len(prompts) < max(params.widths):
@@ -139,8 +143,7 @@ def measure_in_loop(model: Transformer, model_id: str, prompts: Sequence[Sequenc
             raise ValueError(f"prompts of {longest} tokens + {LOOP_TOKENS} decoded + depth {deepest} + 1 "
                              f"exceed the {whose}'s max_seq_len {m.cfg.max_seq_len}; lower --context-len "
                              "(or --verify-depth)")
-    runners = {n: ModelRunner(model, n, max_len, track_mtp=draft_model is None, draft_model=draft_model)
-               for n in params.widths}
+    runners = {n: runner_for(model, n, max_len, draft_model=draft_model, eagle=eagle) for n in params.widths}
     # a cell's decode times its verify and its draft; a copy's decode its verify
     runs = [t for t in tasks(params) if t.step != "draft"]
     total = len(runs) * (params.repeats + 1)

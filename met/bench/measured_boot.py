@@ -18,8 +18,7 @@ from met.bench.meters import EnergyUnavailable, open_meter
 from met.bench.spec_cost_cli import calibration_path
 from met.bench.table_files import Unwritable, resolve_out
 from met.bench.tables_cli import Refusal, read_text
-from met.engine.identity import (DRAFT_MODEL_MODES, MODES, RunSettings, draft_model_config, draft_model_drafter_key,
-                                 mtp_drafter_key, serve_table_key)
+from met.engine.identity import MODES, EagleHead, OwnDrafter, RunSettings, mtp_drafter_key, own_drafter, serve_table_key
 from met.exit_codes import EX_CONFIG, EX_DATAERR, EX_UNAVAILABLE
 from met.model.recipes import Recipe
 from met.speculative.spec_cost import (
@@ -57,10 +56,19 @@ class MeasuredBoot:
     table_option: str = "--spec-cost-table"  # the command's option for the table, named in a refusal's remedy
 
 
-def default_table(box: str, recipe_name: str, draft_name: str | None = None) -> Path:
+def default_table(box: str, recipe_name: str, draft_name: str | None = None, eagle_name: str | None = None) -> Path:
     """tables/<box_class>/<recipe>.toml, where `met bench spec-cost` writes by default (its --out default); with a
-    draft model, tables/<box_class>/<recipe>.draft-<draft model>.toml."""
-    return TABLES_DIR / box / (f"{recipe_name}.toml" if draft_name is None else f"{recipe_name}.draft-{draft_name}.toml")
+    draft model, tables/<box_class>/<recipe>.draft-<draft model>.toml; with an EAGLE-3 head,
+    tables/<box_class>/<recipe>.eagle-<head folder's name>.toml."""
+    if draft_name is not None and eagle_name is not None:
+        raise ValueError("a table prices one drafter: a draft model's or an EAGLE-3 head's, not both")
+    suffix = f".draft-{draft_name}" if draft_name is not None else f".eagle-{eagle_name}" if eagle_name else ""
+    return TABLES_DIR / box / f"{recipe_name}{suffix}.toml"
+
+
+def drafter_table(box: str, recipe_name: str, drafter: OwnDrafter | None) -> Path:
+    """The default table of the drafter (None: the recipe's MTP module's)."""
+    return TABLES_DIR / box / f"{recipe_name}{drafter.suffix if drafter is not None else ''}.toml"
 
 
 def default_calibration(table: Path) -> Path:
@@ -128,21 +136,22 @@ def energy_source(energy: str, device: str) -> str:
 
 
 def boot_measured(recipe: Recipe, settings: RunSettings, boot: MeasuredBoot,
-                  draft: Recipe | None = None) -> SpecCostState:
+                  draft: Recipe | EagleHead | OwnDrafter | None = None) -> SpecCostState:
     """Load, parse and key-check the table and calibration for this recipe and these run settings.
 
-    draft: the draft model the serve drafts with instead of the recipe's MTP module; the table must
-    have measured its draft step (mode draft_model, under its recipe and config) and the calibration
-    must have been fitted on it.
+    draft: the draft model or EAGLE-3 head the serve drafts with instead of the recipe's MTP module;
+    the table must have measured its draft step (mode draft_model under the draft model's recipe and
+    config, draft_eagle under the head's digest and config) and the calibration must have been
+    fitted on it.
     """
     source = energy_source(boot.energy, settings.device)
     if draft is None:
         serve_key = serve_table_key(recipe.id, recipe.config, settings, source, MODES, boot.box_class)
         drafter = mtp_drafter_key(recipe)
     else:
-        serve_key = serve_table_key(recipe.id, recipe.config, settings, source, DRAFT_MODEL_MODES, boot.box_class,
-                                    draft_model_config(draft))
-        drafter = draft_model_drafter_key(draft)
+        own = own_drafter(draft)
+        serve_key = serve_table_key(recipe.id, recipe.config, settings, source, own.modes, boot.box_class, own.config)
+        drafter = own.key
     table = load_table(boot.table, boot.table_option)
     calibration = load_calibration(boot.calibration)
     return check(table, calibration, serve_key, drafter, boot.slack, boot.table)

@@ -34,8 +34,9 @@ if TYPE_CHECKING:  # torch, the model, the sweep and the table files are importe
     from met.bench.progress import Reporter
     from met.bench.sweep import SweepParams
     from met.bench.table_files import Existing
-    from met.engine.identity import RunSettings
+    from met.engine.identity import OwnDrafter, RunSettings
     from met.model.dflash import DflashDrafter
+    from met.model.eagle3 import Eagle3Head
     from met.model.recipes import Recipe
     from met.model.tokenizer import Tokenizer
     from met.speculative.spec_cost import AcceptanceCalibration, CostTable
@@ -54,6 +55,14 @@ DraftModelOpt = Annotated[str | None, typer.Option(
     help="Time this draft model's draft step instead of the MTP module's: an embedded recipe name (e.g. "
     "met-tiny-py-draft) or a checkpoint folder with the recipe's tokenizer (table "
     "<recipe>.draft-<draft model>.toml, calibrated on its drafts; as met generate --spec draft).",
+    show_default=False)]
+EagleOpt = Annotated[Path | None, typer.Option(
+    "--eagle", parser=nonempty_path,
+    help="Time this EAGLE-3 head's draft step instead of the MTP module's: the head's folder (config.json and "
+    "model.safetensors, trained on the recipe; as met serve --spec eagle --drafter FOLDER) (table "
+    "<recipe>.eagle-<folder name>.toml, calibrated on its drafts). An option of its own, as --draft-model, not a "
+    "--drafter value: --drafter picks between the recipe's own drafters (mtp, dflash), which ship beside its "
+    "weights, while a head, like a draft model, is a model of its own that the table is also keyed by.",
     show_default=False)]
 BoxClassOpt = Annotated[str | None, typer.Option(
     "--box-class", help="Box class the table is keyed by (default: derived, e.g. nvidia-h200x1, cpu-amd-epyc-2t).",
@@ -94,15 +103,15 @@ EnergyOpt = Annotated[str, typer.Option(
     "rapl, none.")]
 CalibrateOpt = Annotated[bool | None, typer.Option(
     "--calibrate/--no-calibrate", help="Also fit the drafter's acceptance calibration (written beside the table) "
-    "(default: when the model has an MTP drafter, or with --draft-model).", show_default=False)]
+    "(default: when the model has an MTP drafter, or with --draft-model or --eagle).", show_default=False)]
 PromptsOpt = Annotated[Path | None, typer.Option(
     "--calibration-prompts", parser=nonempty_path,
     help="Calibration prompts: a JSON Lines file (strings or {\"prompt\": ...}) or a folder of text files "
     "(default: 128 mid-file windows of the model card's held-out files).", show_default=False)]
 OutOpt = Annotated[Path | None, typer.Option(
     "--out", parser=nonempty_path,
-    help="Table file (default: tables/<box_class>/<recipe>.toml; --draft-model: "
-    "<recipe>.draft-<draft model>.toml there); the calibration goes to <out>.calibration.toml with .toml dropped.",
+    help="Table file (default: tables/<box_class>/<recipe>.toml; --draft-model, --eagle: "
+    "<recipe>.draft-<draft model>.toml, <recipe>.eagle-<head folder>.toml there); the calibration goes to <out>.calibration.toml with .toml dropped.",
     show_default=False)]
 QuickOpt = Annotated[bool, typer.Option(
     "--quick", help="A small sweep for tests and smoke runs (seconds), marked quick = true in its [meta]; needs an "
@@ -162,6 +171,7 @@ def spec_cost(
     recipe: RecipeOpt = DEFAULT_RECIPE,
     drafter: DrafterOpt = "mtp",
     draft_model: DraftModelOpt = None,
+    eagle: EagleOpt = None,
     box_class_: BoxClassOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
@@ -209,22 +219,26 @@ def spec_cost(
     the draft model's recipe and config, cells as deep as --max-depth whether or not the recipe has
     an MTP module, written to <recipe>.draft-<draft model>.toml, its calibration fitted on the
     draft model's drafts (drafter kind draft) beside it. It is what met serve --spec-cost-model
-    measured plans from when it drafts with that draft model.
+    measured plans from when it drafts with that draft model. --eagle FOLDER does the same for an
+    EAGLE-3 head (mode draft_eagle, its digest covering the head's config and the digest of its
+    config.json and safetensors; its catch-up before a draft is as the MTP block's, every row the
+    last step emitted), written to <recipe>.eagle-<folder name>.toml with its calibration (drafter
+    kind eagle): what met serve --spec eagle --drafter FOLDER --spec-cost-model measured plans from.
 
     Exit statuses: 0 table (and calibration) written; 2 bad option value (and --quick without
-    --out, or with an --out inside a tables/ folder, or --draft-model with --drafter dflash:
-    nothing is written); 65 (EX_DATAERR) nothing written: the calibration prompts are invalid or
+    --out, or with an --out inside a tables/ folder, or --draft-model or --eagle with --drafter
+    dflash, or both of them: nothing is written); 65 (EX_DATAERR) nothing written: the calibration prompts are invalid or
     gave too few judged drafts, or the measured table did not validate, or the checkpoint folder
     cannot be loaded (unsupported architecture), or the draft model has another tokenizer or
-    vocabulary than the recipe's; 66 (EX_NOINPUT) the recipe's weights, the folder, the draft
-    model or the calibration prompts are missing; 69 (EX_UNAVAILABLE) the energy source asked for
+    vocabulary than the recipe's, or the EAGLE-3 head is not one for this recipe; 66 (EX_NOINPUT) the recipe's weights, the folder, the draft
+    model, the EAGLE-3 head or the calibration prompts are missing; 69 (EX_UNAVAILABLE) the energy source asked for
     does not work here (the reason is printed); 73 (EX_CANTCREAT) the table cannot be written there
     (--out is a folder, a FIFO, a device or a socket, or a symbolic link to nothing, or its folder,
     lock file or file cannot be created, a full disk included, or a file there is no met table and
     --replace was not given): the table there before is untouched; 75 (EX_TEMPFAIL) another run
     holds the table's lock: nothing was touched, try later; 78 (EX_CONFIG) --out holds the table of
-    another box class or model (or of another draft model, or of none where this run measures one,
-    or the reverse) and --replace was not given: nothing was measured; 130 interrupted (Ctrl-C):
+    another box class or model (or of another draft model or EAGLE-3 head, or of none where this
+    run measures one, or the reverse) and --replace was not given: nothing was measured; 130 interrupted (Ctrl-C):
     the table and its calibration are each whole, as they were or as the run wrote them (SIGTERM,
     SIGKILL: the same, unannounced).
     """
@@ -233,6 +247,10 @@ def spec_cost(
     if drafter == "dflash" and draft_model is not None:
         raise typer.BadParameter("--draft-model times a draft model's step and --drafter dflash a DFlash block "
                                  "drafter's; a table prices one drafter: drop one of them", param_hint="--draft-model")
+    if eagle is not None and (drafter == "dflash" or draft_model is not None):
+        raise typer.BadParameter("--eagle times an EAGLE-3 head's step; a table prices one drafter: drop "
+                                 f"{'--drafter dflash' if drafter == 'dflash' else '--draft-model'} or --eagle",
+                                 param_hint="--eagle")
     if drafter == "dflash" and calibrate:
         raise typer.BadParameter("the calibration is fitted for the MTP drafter only; drop --calibrate",
                                  param_hint="--calibrate")
@@ -278,8 +296,13 @@ def spec_cost(
         draft_name = recipe_name(draft_model) if draft_model is not None else None
     except RecipeError as exc:
         _fail(exc.status, str(exc))
+    if eagle is not None and not eagle.is_dir():
+        _fail(EX_NOINPUT, f"--eagle {eagle}: no such folder; pass an EAGLE-3 head's folder (config.json and "
+              "model.safetensors)")
+    own_name = (f"draft-{draft_name}" if draft_name is not None else
+                f"eagle-{eagle.resolve().name}" if eagle is not None else None)
     calibrated = cal_params if calibrate is not False and drafter == "mtp" else None
-    given = out or _default_out(box, name, drafter, draft_name)
+    given = out or _default_out(box, name, drafter, own_name)
     try:  # a symlinked --out: both files go beside its target; a dangling link is refused
         target = resolve_out(given)
         cal_target = resolve_out(calibration_path(target))
@@ -287,7 +310,7 @@ def spec_cost(
         _fail(EX_CANTCREAT, f"{exc}; nothing was measured")
     request = Request(recipe, box_class_, settings, params, energy, calibrated, calibration_prompts, target,
                       cal_target, max_depth is not None, calibrate is True, drafter, box, replace_,
-                      verify_depth is not None, quick, draft_model, draft_name)
+                      verify_depth is not None, quick, draft_model, own_name, eagle)
     raise_on_sigint()  # from here a Ctrl-C leaves the table and calibration whole, and says so
     try:
         with TableLock(request.out), Reporter(quiet) as reporter:
@@ -326,7 +349,8 @@ class Request:
     verify_depth_given: bool = False  # --verify-depth was passed (likewise)
     quick: bool = False  # --quick: the table's [meta] says so (quick = true), and a serve warns that it plans from it
     draft_model: str | None = None  # --draft-model as given: its draft step is timed instead of the MTP module's
-    draft_name: str | None = None  # its name, which the default table's file name carries
+    own_name: str | None = None  # draft-<draft model> or eagle-<head folder>: what the default table's name adds
+    eagle: Path | None = None  # --eagle: the EAGLE-3 head whose draft step is timed instead of the MTP module's
 
 
 def _fail(code: int, message: str) -> None:
@@ -351,10 +375,11 @@ def _refuse_foreign(req: Request, old: Existing) -> None:
                       "nothing was measured; pass another --out, --no-calibrate, or --replace to overwrite it")
 
 
-def _default_out(box: str, name: str, drafter: str, draft_name: str | None) -> Path:
-    """Where the table goes without --out: tables/<box>/<recipe>.toml, .dflash.toml, or .draft-<draft model>.toml
-    (where the measured boot looks for it: measured_boot.default_table, which imports this module)."""
-    suffix = ".dflash" if drafter == "dflash" else "" if draft_name is None else f".draft-{draft_name}"
+def _default_out(box: str, name: str, drafter: str, own_name: str | None) -> Path:
+    """Where the table goes without --out: tables/<box>/<recipe>.toml, .dflash.toml, .draft-<draft model>.toml or
+    .eagle-<head>.toml (where the measured boot looks for it: measured_boot.default_table, which imports this
+    module)."""
+    suffix = ".dflash" if drafter == "dflash" else "" if own_name is None else f".{own_name}"
     return Path(TABLES) / box / f"{name}{suffix}.toml"
 
 
@@ -362,32 +387,44 @@ def _refuse_other_key(req: Request, old: Existing, name: str) -> None:
     """Refusal 78 if --out holds the table of another box class, model or draft model (unless --replace).
 
     A changed plan digest or weights digest is what a re-measure is for, so only the box class, the
-    recipe's name and the draft model's name (none for a table of the MTP module's drafts) are
-    compared. Checked before measuring: a refusal costs nothing.
+    recipe's name and the draft model's or EAGLE-3 head's name (none for a table of the MTP
+    module's drafts) are compared. Checked before measuring: a refusal costs nothing.
     """
     if old.table is None or req.overwrite:
         return
     key = old.table.key
-    theirs = _draft_model_of(old.table)
-    if (key.box_class, key.recipe.split("@", 1)[0], theirs) != (req.box, name, req.draft_name):
+    theirs = _own_of(old.table)
+    if (key.box_class, key.recipe.split("@", 1)[0], theirs) != (req.box, name, req.own_name):
         raise Refusal(EX_CONFIG, f"{req.out} holds the table of {_measured(key.box_class, key.recipe, theirs)}; "
-                      f"this run measures {_measured(req.box, name, req.draft_name)}; nothing was measured; pass "
-                      f"another --out (the default is {_default_out(req.box, name, req.drafter, req.draft_name)}), "
+                      f"this run measures {_measured(req.box, name, req.own_name)}; nothing was measured; pass "
+                      f"another --out (the default is {_default_out(req.box, name, req.drafter, req.own_name)}), "
                       "or --replace to overwrite it")
 
 
-def _draft_model_of(table: CostTable) -> str | None:
-    """The name of the draft model the table was measured for (its [meta] draft_model, written also at --max-depth
-    0); None for a table of another drafter's steps, or of plain decode alone."""
-    drafted = table.meta.get("draft_model")
-    if isinstance(drafted, str):
-        return drafted.split("@", 1)[0]
-    return "(unnamed)" if "draft_model" in table.key.modes else None
+_OWN_FIELDS = (("draft", "draft_model"), ("eagle", "eagle_head"))  # kind, its [meta] field and its mode draft_<...>
+_OWN_WORDS = {"draft": "draft model", "eagle": "EAGLE-3 head"}
 
 
-def _measured(box: str, recipe: str, draft: str | None) -> str:
-    """"box_class 'b', recipe 'r'", and ", draft model 'd'" where one drafted."""
-    return f"box_class '{box}', recipe '{recipe}'" + (f", draft model '{draft}'" if draft is not None else "")
+def _own_of(table: CostTable) -> str | None:
+    """draft-<name> or eagle-<name>: the draft model or EAGLE-3 head the table was measured for (its [meta]
+    draft_model or eagle_head, written also at --max-depth 0); None for a table of another drafter's steps, or of
+    plain decode alone."""
+    for kind, field in _OWN_FIELDS:
+        drafted = table.meta.get(field)
+        if isinstance(drafted, str):
+            return f"{kind}-{drafted.split('@', 1)[0]}"
+        if f"draft_{'model' if kind == 'draft' else kind}" in table.key.modes:
+            return f"{kind}-(unnamed)"
+    return None
+
+
+def _measured(box: str, recipe: str, own: str | None) -> str:
+    """"box_class 'b', recipe 'r'", and ", draft model 'd'" (or ", EAGLE-3 head 'h'") where one drafted."""
+    where = f"box_class '{box}', recipe '{recipe}'"
+    if own is None:
+        return where
+    kind, _, name = own.partition("-")
+    return f"{where}, {_OWN_WORDS[kind]} '{name}'"
 
 
 def _run(req: Request, reporter: Reporter) -> None:
@@ -399,7 +436,7 @@ def _run(req: Request, reporter: Reporter) -> None:
     from met.bench.sweep import check_fits
     from met.bench.table_files import check_writable, read_existing
     from met.engine import heap
-    from met.engine.identity import draft_model_drafter_key, mtp_drafter_key
+    from met.engine.identity import mtp_drafter_key
     from met.model.sources import tokenizer_for
     from met.speculative.spec_cost import SpecCostError
 
@@ -420,55 +457,57 @@ def _run(req: Request, reporter: Reporter) -> None:
     params = replace(req.params, window_s=max(req.params.window_s, meter.min_window_s))
     recipe = _recipe(req.recipe)
     draft = _draft_recipe(recipe, req.draft_model) if req.draft_model is not None else None
+    own = _own_drafter(recipe, draft, req.eagle)
     _refuse_other_key(req, old, recipe.name)
     calibration_params = req.calibration
     block = _block_drafter(recipe, req.settings) if req.drafter == "dflash" else None
-    if block is None and draft is None and not recipe.config.mtp_depth:
+    if block is None and own is None and not recipe.config.mtp_depth:
         params, calibration_params = _without_drafter(req, recipe, params), None
         reporter.say(f"{recipe.name} has no MTP drafter: measuring plain decode (k = 0) only, no calibration")
     try:
         check_fits(recipe.config, params, block.block if block is not None else None,
-                   draft.config if draft is not None else None)
+                   draft.config if draft is not None else None, req.eagle is not None)
     except ValueError as exc:
         raise Refusal(EX_USAGE, str(exc)) from None
     texts = _prompts(req.prompts, calibration_params) if calibration_params else []
     dtype = getattr(torch, req.settings.dtype)
     model = recipe.load(dtype, req.settings.device)
     small = draft.load(dtype, req.settings.device) if draft is not None else None
+    head = _eagle_head(req.eagle, recipe, req.settings) if req.eagle is not None else None
     heap.settle()  # steps timed as met serve runs them: no full collector pass over the model's heap
-    table = _sweep(req, params, recipe, model, meter, reporter, block, draft, small)
+    table = _sweep(req, params, recipe, model, meter, reporter, block, own, small, head)
     calibration = None
     if calibration_params:
-        key = mtp_drafter_key(recipe) if draft is None else draft_model_drafter_key(draft)
+        key = mtp_drafter_key(recipe) if own is None else own.key
         reporter.say(f"calibrating drafter {key.kind} '{key.name}' on {len(texts)} prompts")
         try:
             calibration = cal.calibrate(model, texts, key, calibration_params,
                                         {"when": table.meta["when"], "met_version": __version__},
                                         lambda done, total: reporter.step("calibration", done, total, "prompts"),
-                                        small, tokenizer_for(recipe))
+                                        small, tokenizer_for(recipe), head)
         except SpecCostError as exc:
             raise Refusal(EX_DATAERR, f"calibration failed, so nothing was written: {exc}") from None
     _write(req.out, req.calibration_out, old, table, calibration, reporter)
 
 
 def _sweep(req: Request, params: SweepParams, recipe: Recipe, model: torch.nn.Module, meter: Meter,
-           reporter: Reporter, block: DflashDrafter | None = None, draft: Recipe | None = None,
-           small: torch.nn.Module | None = None) -> CostTable:
-    """The measured table, validated exactly as a reader will parse it (draft, small: the draft model's recipe and
-    model, drafting instead of the MTP module)."""
+           reporter: Reporter, block: DflashDrafter | None = None, own: OwnDrafter | None = None,
+           small: torch.nn.Module | None = None, head: Eagle3Head | None = None) -> CostTable:
+    """The measured table, validated exactly as a reader will parse it (own: the draft model or EAGLE-3 head drafting
+    instead of the MTP module; small or head: it, loaded)."""
     import torch
 
     from met.bench.loop_sweep import NothingTimed, measure_in_loop
     from met.bench.meters import EnergyReadError
     from met.bench.sweep import measure
-    from met.engine.identity import DRAFT_MODEL_MODES, device_name, draft_model_config, serve_table_key
+    from met.engine.identity import device_name, serve_table_key
     from met.speculative.spec_cost import CostTable, TableParseError
 
     s = req.settings
     loop = _loop_prompts(recipe, params) if meter.source == "none" and block is None else None
     how = "a short decode per cell, timed in the loop" if loop else f"{params.window_s:g} s windows"
     copies = f", copies verified at depths 1..={params.deepest_copy}" if params.deepest_copy else ""
-    drafted = f" drafted by {draft.id}" if draft is not None else ""
+    drafted = f" drafted by {own.id}" if own is not None else ""
     reporter.say(f"measuring {recipe.id}{drafted} on {device_name(s.device)} ({s.device}, {s.dtype}, {s.threads} "
                  f"threads): widths {','.join(map(str, params.widths))}, depths 0..={params.max_depth}{copies}, "
                  f"{params.repeats} repeats of {how}")
@@ -482,17 +521,17 @@ def _sweep(req: Request, params: SweepParams, recipe: Recipe, model: torch.nn.Mo
         if loop:
             try:
                 prompts, tokenizer = loop
-                result = measure_in_loop(model, recipe.id, prompts, params, progress, tokenizer, small)
+                result = measure_in_loop(model, recipe.id, prompts, params, progress, tokenizer, small, head)
             except NothingTimed as exc:  # the model ends its requests at once: time the steps held instead
                 reporter.say(f"in the loop, {exc}; timing every cell in {params.window_s:g} s windows instead")
         if result is None:
-            result = measure(model, meter, params, progress, block, small)
+            result = measure(model, meter, params, progress, block, small, head)
     except EnergyReadError as exc:
         raise Refusal(EX_UNAVAILABLE, f"the energy source stopped giving usable readings: {exc}") from None
     except ValueError as exc:  # the in-loop decode does not fit the model's context
         raise Refusal(EX_USAGE, str(exc)) from None
-    if draft is not None:
-        modes, drafter = DRAFT_MODEL_MODES, draft_model_config(draft)
+    if own is not None:
+        modes, drafter = own.modes, own.config
     else:
         modes = ("decode", "verify", "draft_dflash" if block is not None else "draft_mtp")
         drafter = asdict(block.cfg) if block is not None else None
@@ -501,7 +540,7 @@ def _sweep(req: Request, params: SweepParams, recipe: Recipe, model: torch.nn.Mo
     meta = {"when": dt.datetime.now(dt.UTC).replace(microsecond=0), "met_version": __version__,
             "torch_version": torch.__version__, "python_version": platform.python_version(),
             "device": device_name(s.device), "dtype": s.dtype, "threads": s.threads,
-            **({"draft_model": draft.id} if draft is not None else {}),
+            **({own.meta_field: own.id} if own is not None else {}),
             "sweep_s": round(time.perf_counter() - started, 1), **result.meta, **meter.info(),
             **({"quick": True} if req.quick else {})}
     try:
@@ -569,6 +608,35 @@ def _draft_recipe(recipe: Recipe, spec: str) -> Recipe:
         return draft_model_for(recipe, spec)
     except RecipeError as exc:
         raise Refusal(exc.status, f"--draft-model {spec}: {exc}") from None
+
+
+def _own_drafter(recipe: Recipe, draft: Recipe | None, eagle: Path | None) -> OwnDrafter | None:
+    """The draft model or EAGLE-3 head drafting instead of the MTP module, as its table is keyed; Refusal 65 or 66
+    for a head that is none or not this recipe's."""
+    from met.engine.identity import eagle_head, own_drafter
+    from met.model.dflash import DrafterError
+
+    if draft is not None:
+        return own_drafter(draft)
+    if eagle is None:
+        return None
+    try:
+        return own_drafter(eagle_head(eagle, recipe.config))
+    except DrafterError as exc:
+        raise Refusal(exc.status, f"--eagle {eagle}: {exc}") from None
+
+
+def _eagle_head(folder: Path, recipe: Recipe, settings: RunSettings) -> Eagle3Head:
+    """The EAGLE-3 head, loaded to run; Refusal 65 or 66 if it cannot be."""
+    import torch
+
+    from met.model.dflash import DrafterError
+    from met.model.eagle3 import load_eagle3
+
+    try:
+        return load_eagle3(folder, recipe.config, getattr(torch, settings.dtype), settings.device)
+    except DrafterError as exc:
+        raise Refusal(exc.status, f"--eagle {folder}: {exc}") from None
 
 
 def _block_drafter(recipe: Recipe, settings: RunSettings) -> DflashDrafter:

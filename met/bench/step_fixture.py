@@ -1,7 +1,7 @@
 """A StepFixture: sequences held in a fixed state so the same draft or verify step can be timed again and again.
 
 A step changes the runner's state (cache lengths, the pending token, the MTP catch-up rows, a
-draft model's cache length and the tokens it has yet to take), so timing many identical steps
+draft model's or EAGLE-3 head's cache length and the rows it has yet to take), so timing many identical steps
 needs the state put back before each one. The fixture saves each slot's state once and restores
 it before every step; the KV entries a step writes are rewritten identically by the next
 repetition, and a step's cost does not depend on them.
@@ -12,9 +12,26 @@ from dataclasses import dataclass
 import torch
 
 from met.engine.runner import Draft, ModelRunner, Sampling
+from met.model.dflash import DflashDrafter
+from met.model.eagle3 import Eagle3Head
+from met.model.transformer import Transformer
 
 GREEDY = Sampling()
-DRAFTERS = ("mtp", "dflash", "draft")  # the MTP module, a DFlash block drafter, a draft model
+DRAFTERS = ("mtp", "dflash", "draft", "eagle")  # the MTP module, a DFlash block drafter, a draft model, an EAGLE-3 head
+
+
+def runner_for(model: Transformer, width: int, max_len: int | None, dflash: DflashDrafter | None = None,
+               draft_model: Transformer | None = None, eagle: Eagle3Head | None = None) -> ModelRunner:
+    """A runner drafting with the one drafter given (none: the model's MTP module, which it then alone tracks)."""
+    mtp = dflash is None and draft_model is None and eagle is None
+    return ModelRunner(model, width, max_len, track_mtp=mtp, dflash=dflash, draft_model=draft_model, eagle=eagle)
+
+
+def drafter_of(runner: ModelRunner) -> str:
+    """Which drafter a runner from runner_for drafts with: dflash, draft, eagle or mtp."""
+    if runner.dflash is not None:
+        return "dflash"
+    return "draft" if runner.draft_model is not None else "eagle" if runner.eagle is not None else "mtp"
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +46,9 @@ class SlotState:
     catchup_tok: tuple[int, ...]
     draft_length: int = 0  # the draft model's cache length (0 without one)
     draft_behind: tuple[int, ...] = ()  # the tokens its next draft step catches up on
+    eagle_length: int = 0  # the EAGLE-3 head's cache length (0 without one)
+    eagle_behind: tuple[torch.Tensor, ...] = ()  # the target feature rows its next draft step catches up on
+    eagle_tok: tuple[int, ...] = ()  # the token after each of them
 
 
 class StepFixture:
@@ -51,6 +71,8 @@ class StepFixture:
             raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {drafter!r}")
         if drafter == "draft" and runner.draft_model is None:
             raise ValueError("drafter 'draft' needs a runner with a draft model (ModelRunner(..., draft_model=...))")
+        if drafter == "eagle" and runner.eagle is None:
+            raise ValueError("drafter 'eagle' needs a runner with an EAGLE-3 head (ModelRunner(..., eagle=...))")
         self.runner = runner
         self.drafter = drafter
         self.slots = list(range(len(prompts)))
@@ -62,6 +84,8 @@ class StepFixture:
             runner.draft_mtp(self.slots, [1] * len(self.slots))  # the MTP block catches up on the prompt
         if runner.draft_model is not None:
             runner.draft_small(self.slots, [1] * len(self.slots))  # and the draft model, in its own cache
+        if runner.eagle is not None:
+            runner.draft_eagle(self.slots, [1] * len(self.slots))  # and the EAGLE-3 head, in its own
         for _ in range(catchup_rows):
             runner.verify(self.slots, [Draft([], []) for _ in self.slots])
         self.saved = [self.state(slot) for slot in self.slots]
@@ -70,9 +94,12 @@ class StepFixture:
     def state(self, slot: int) -> SlotState:
         """The slot's state now (what restore puts back)."""
         seq, cache, small = self.runner.seqs[slot], self.runner.cache, self.runner.draft_model
-        drafted = (small.cache.lengths[slot], tuple(small.behind[slot])) if small is not None else ()
+        drafted = (small.cache.lengths[slot], tuple(small.behind[slot])) if small is not None else (0, ())
+        head = self.runner.eagle
+        headed = ((head.cache.lengths[slot], tuple(head.behind[slot]), tuple(head.behind_tok[slot]))
+                  if head is not None else ())
         return SlotState(cache.lengths[slot], cache.mtp_lengths[slot], seq.pending,
-                         tuple(seq.catchup_h), tuple(seq.catchup_tok), *drafted)
+                         tuple(seq.catchup_h), tuple(seq.catchup_tok), *drafted, *headed)
 
     def restore(self, width: int, rows: int | None = None) -> None:
         """Put slots 0..width-1 back into the saved state, with only the last `rows` catch-up rows pending.
@@ -95,6 +122,12 @@ class StepFixture:
                 small.cache.lengths[slot] = state.draft_length + len(state.draft_behind) - behind
                 small.behind[slot] = list(state.draft_behind[len(state.draft_behind) - behind :])
                 small.fed[slot] = []
+            if (head := self.runner.eagle) is not None:  # as the MTP block: the last `rows` feature rows wait
+                behind = len(state.eagle_tok) if rows is None else min(rows, len(state.eagle_tok))
+                head.cache.lengths[slot] = state.eagle_length + len(state.eagle_tok) - behind
+                head.behind[slot] = list(state.eagle_behind[len(state.eagle_behind) - behind :])
+                head.behind_tok[slot] = list(state.eagle_tok[len(state.eagle_tok) - behind :])
+                head.fed[slot] = 0
 
     def drafts(self, width: int, depth: int) -> list[Draft]:
         """The drafts the drafter proposes from the saved state (made once, cached): what a verify step scores."""
@@ -129,4 +162,6 @@ class StepFixture:
             return self.runner.draft_dflash(slots, [depth] * len(slots))
         if self.drafter == "draft":
             return self.runner.draft_small(slots, [depth] * len(slots))
+        if self.drafter == "eagle":
+            return self.runner.draft_eagle(slots, [depth] * len(slots))
         return self.runner.draft_mtp(slots, [depth] * len(slots))

@@ -34,10 +34,10 @@ from typing import TypeVar
 import torch
 
 from met.bench.meters import EnergyReadError, Meter, Reading, WallMeter, device_sync
-from met.bench.step_fixture import StepFixture
-from met.engine.runner import ModelRunner
+from met.bench.step_fixture import StepFixture, drafter_of, runner_for
 from met.model.config import ModelConfig
 from met.model.dflash import DflashDrafter
+from met.model.eagle3 import Eagle3Head
 from met.model.transformer import Transformer
 from met.speculative.spec_capacity import COPY_POOLS
 from met.speculative.spec_cost import MAX_DEPTH, Cell, VerifyCell
@@ -122,6 +122,8 @@ def catchup_rows_for(depth: int, drafter: str = "mtp") -> int:
     stream emits fewer on average (2.8 at depth 4 on the shipped recipe), so at width 1 this prices
     deep drafts a little high. A draft model: DRAFT_MODEL_CATCHUP_ROWS whatever the depth, since it
     fed its own drafts into its cache as it made them and keeps those the verify accepted.
+    An EAGLE-3 head is the MTP block's case: it keeps none of its draft rows, so the accepted ones
+    come back with the target's features.
     """
     return DRAFT_MODEL_CATCHUP_ROWS if drafter == "draft" else depth + 1
 
@@ -180,16 +182,17 @@ def tasks(params: SweepParams) -> list[Task]:
 
 
 def check_fits(cfg: ModelConfig, params: SweepParams, block: int | None = None,
-               draft: ModelConfig | None = None) -> None:
+               draft: ModelConfig | None = None, eagle: bool = False) -> None:
     """ValueError, with what to change, when the sweep does not fit the model (block: a DFlash drafter's; draft: a
-    draft model's config, whose context must hold the target's too)."""
+    draft model's config, whose context must hold the target's too; eagle: an EAGLE-3 head drafts, which covers the
+    target's context)."""
     for whose, limit in (("model", cfg.max_seq_len), ("draft model", draft.max_seq_len if draft else None)):
         if limit is not None and params.cache_len > limit:
             raise ValueError(f"context_len {params.context_len} + {params.catchup_rows} catch-up rows + depth "
                              f"{params.deepest_verify} + 1 = {params.cache_len} tokens exceed the {whose}'s "
                              f"max_seq_len {limit}; lower --context-len, --max-depth or --verify-depth")
-    if draft is not None:
-        return  # the draft model drafts as deep as asked
+    if draft is not None or eagle:
+        return  # the draft model and the EAGLE-3 head draft as deep as asked
     if block is not None:
         if params.max_depth > block:
             raise ValueError(f"--max-depth {params.max_depth} exceeds the DFlash drafter's block of {block}")
@@ -202,17 +205,17 @@ def check_fits(cfg: ModelConfig, params: SweepParams, block: int | None = None,
 
 def measure(model: Transformer, meter: Meter, params: SweepParams,
             on_window: Callable[[int, int, str], None] = lambda done, total, label: None,
-            dflash: DflashDrafter | None = None, draft_model: Transformer | None = None) -> SweepResult:
+            dflash: DflashDrafter | None = None, draft_model: Transformer | None = None,
+            eagle: Eagle3Head | None = None) -> SweepResult:
     """Time every cell of the sweep on `model` with `meter`; `on_window(done, total, label)` reports progress.
 
     dflash: time its block draft step instead of the MTP one (the verify steps score its drafts);
-    draft_model: likewise, the draft model's draft step.
+    draft_model, eagle: likewise, the draft model's or the EAGLE-3 head's draft step.
     """
     check_fits(model.cfg, params, dflash.block if dflash is not None else None,
-               draft_model.cfg if draft_model is not None else None)
-    drafter = "dflash" if dflash is not None else "draft" if draft_model is not None else "mtp"
-    runner = ModelRunner(model, max(params.widths), params.cache_len, track_mtp=drafter == "mtp", dflash=dflash,
-                         draft_model=draft_model)
+               draft_model.cfg if draft_model is not None else None, eagle is not None)
+    runner = runner_for(model, max(params.widths), params.cache_len, dflash, draft_model, eagle)
+    drafter = drafter_of(runner)
     gen = torch.Generator().manual_seed(params.seed)
     vocab = min(model.cfg.vocab_size, 256)  # byte tokens: any text's, never BOS/EOS
     prompts = torch.randint(0, vocab, (max(params.widths), params.context_len), generator=gen).tolist()

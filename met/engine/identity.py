@@ -10,7 +10,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -22,9 +22,11 @@ from met.speculative.spec_cost import DrafterKey, TableKey
 
 MODES = ("decode", "verify", "draft_mtp")
 """The step modes a table measures: plain decode (k = 0), verify of k drafts, the MTP draft step."""
-DRAFTER_MODES = ("draft_dflash", "draft_model")  # draft steps of drafters that are not part of the model
-KNOWN_MODES = MODES + DRAFTER_MODES  # draft_dflash: a DFlash block drafter's step; draft_model: a draft model's
+DRAFTER_MODES = ("draft_dflash", "draft_model", "draft_eagle")  # draft steps of drafters that are not part of the model
+KNOWN_MODES = MODES + DRAFTER_MODES  # draft_dflash: a DFlash block drafter's step; draft_model: a draft model's;
+# draft_eagle: an EAGLE-3 head's
 DRAFT_MODEL_MODES = ("decode", "verify", "draft_model")  # what a serve drafting with a draft model runs
+EAGLE_MODES = ("decode", "verify", "draft_eagle")  # what a serve drafting with an EAGLE-3 head runs
 
 _BOX_CLASS = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")  # also a folder name under tables/
 _CPUINFO = Path("/proc/cpuinfo")
@@ -274,3 +276,97 @@ def draft_model_config(draft: Recipeish) -> dict:
 def draft_model_drafter_key(draft: Recipeish) -> DrafterKey:
     """The key of a draft model as a drafter: its recipe's name and weights digest."""
     return DrafterKey("draft", draft.name, draft.digest)
+
+
+@dataclass(frozen=True, slots=True)
+class EagleHead:
+    """An EAGLE-3 head as tables know it: its folder's name, the digest of its files, its config (Eagle3Config)."""
+
+    folder: Path
+    name: str  # the folder's name: what the default table's file name and the calibration's drafter carry
+    digest: str  # files_digest of config.json and its safetensors: a retrained or edited head is another head
+    config: dict  # asdict(Eagle3Config) as met reads it for this target
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}@{self.digest}"
+
+
+def eagle_head(folder: Path, target: ModelConfig) -> EagleHead:
+    """The identity of the EAGLE-3 head in folder for this target; DrafterError (65, 66) if it is none or not this
+    target's (met.model.eagle3.read_eagle3_config)."""
+    from met.model.dflash import DrafterError
+    from met.model.digest_cache import cached_digest
+    from met.model.eagle3 import read_eagle3_config
+    from met.model.errors import RecipeError
+    from met.model.hf_checkpoint import files_digest, weight_files
+    from met.exit_codes import EX_DATAERR, EX_NOINPUT
+
+    if not folder.is_dir():
+        raise DrafterError(EX_NOINPUT, f"no EAGLE-3 head folder at {folder}; pass the folder of one (config.json and "
+                           "model.safetensors)")
+    cfg, _ = read_eagle3_config(folder, target)
+    try:
+        weights = weight_files(folder)
+        files = [folder / "config.json", *weights]
+        digest = cached_digest(folder, files, files_digest) if weights else ""
+    except (RecipeError, OSError) as exc:
+        raise DrafterError(EX_DATAERR, f"{folder}: {exc}") from None
+    if not weights:
+        raise DrafterError(EX_NOINPUT, f"{folder} holds no *.safetensors weights")
+    doc = asdict(cfg)
+    doc["layers"] = list(cfg.layers)
+    return EagleHead(folder, folder.resolve().name, digest, doc)
+
+
+def eagle_config(head: EagleHead) -> dict:
+    """What an EAGLE-3 head's step cost depends on beyond the run settings: its name and digest, and its config."""
+    return {"head": head.id, "config": head.config}
+
+
+def eagle_drafter_key(head: EagleHead) -> DrafterKey:
+    """The key of an EAGLE-3 head as a drafter: its folder's name and the digest of its files."""
+    return DrafterKey("eagle", head.name, head.digest)
+
+
+@dataclass(frozen=True, slots=True)
+class OwnDrafter:
+    """A drafter that is not part of the model (a draft model, an EAGLE-3 head): what its table is keyed by.
+
+    The draft model and the EAGLE-3 head are measured, calibrated, booted and checked alike; this
+    record is the one place where they differ: the mode their draft step is measured under, what
+    its plan digest covers, the calibration's drafter key, and the default table's file name.
+    """
+
+    kind: str  # "draft" (a draft model) or "eagle" (an EAGLE-3 head): the DrafterKey kind
+    name: str
+    id: str  # name@digest, as the table's [meta] records it
+    mode: str  # draft_model or draft_eagle
+    config: dict  # the plan digest's drafter (draft_model_config, eagle_config)
+    key: DrafterKey
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        """The modes a serve drafting with it runs: decode, verify and its draft step."""
+        return ("decode", "verify", self.mode)
+
+    @property
+    def suffix(self) -> str:
+        """What the default table's file name adds to the recipe's: `.draft-<name>` or `.eagle-<name>`."""
+        return f".{self.kind}-{self.name}"
+
+    @property
+    def meta_field(self) -> str:
+        """The table's [meta] field that names it: draft_model or eagle_head."""
+        return "draft_model" if self.kind == "draft" else "eagle_head"
+
+
+def own_drafter(drafter: "Recipeish | EagleHead | OwnDrafter") -> OwnDrafter:
+    """The OwnDrafter of a draft model's recipe or an EAGLE-3 head (itself if it is one)."""
+    if isinstance(drafter, OwnDrafter):
+        return drafter
+    if isinstance(drafter, EagleHead):
+        return OwnDrafter("eagle", drafter.name, drafter.id, "draft_eagle", eagle_config(drafter),
+                          eagle_drafter_key(drafter))
+    return OwnDrafter("draft", drafter.name, f"{drafter.name}@{drafter.digest}", "draft_model",
+                      draft_model_config(drafter), draft_model_drafter_key(drafter))

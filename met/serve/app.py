@@ -19,7 +19,7 @@ sent (or one made up), and x-met-ignored-fields when the body held fields met do
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -78,19 +78,22 @@ class Service:
               keys: KeyRing | None = None, tokenizer: Tokenizer = BYTES,
               dflash: DflashDrafter | None = None, chat: ChatTemplate | None = EMBEDDED,
               draft_model: Transformer | None = None, eagle: Eagle3Head | None = None,
-              draft_cost_state: SpecCostState | None = None) -> "Service":
-        """A runner for the model (and its DFlash drafter or draft model), the policy the flags compose, and a
-        scheduler over them.
+              draft_cost_state: SpecCostState | None = None,
+              cost_states: Mapping[str, SpecCostState] | None = None) -> "Service":
+        """A runner for the model (and every drafter it holds: its DFlash drafter, a draft model, an EAGLE-3 head),
+        the policy the flags compose, and a scheduler over them.
 
-        The scheduler is not started yet. ValueError for a draft model of a shorter context than max_len.
+        cost_states: a choice's measured states by drafter name (policy.build_policy). The scheduler is
+        not started yet. ValueError for a draft model of a shorter context than max_len.
         """
         # a serve that drafts with something else never drafts with the MTP block: no catch-up rows to keep for it
-        runner = ModelRunner(model, max_batch, max_len, track_mtp=policy.spec not in ("draft", "eagle"),
+        others = ("draft", "eagle", "draft+eagle")
+        runner = ModelRunner(model, max_batch, max_len, track_mtp=policy.spec not in others,
                              dflash=dflash, draft_model=draft_model, eagle=eagle)
         num_drafts = model.cfg.mtp_depth if model.mtp is not None else 0
         built = build_policy(policy, num_drafts, cost_state, dflash_block=dflash.block if dflash is not None else None,
                              draft_model=draft_model is not None, eagle=eagle is not None,
-                             draft_cost_state=draft_cost_state)
+                             draft_cost_state=draft_cost_state, cost_states=cost_states)
         scheduler = Scheduler(runner, built, model_id, tokenizer=tokenizer)
         return cls(scheduler, names, keys if keys is not None else KeyRing({}), chat=chat)
 

@@ -38,14 +38,15 @@ def serve(
     spec: Annotated[str | None, typer.Option(
         help=f"Drafting: {' | '.join(SERVE_SPECS)} (default: mtp if the model has an MTP module, else "
              "prompt-lookup; with --draft-model and --spec-cost-model measured, mtp+draft on a model with an MTP "
-             "module, else draft).", show_default=False)] = None,
+             "module, else draft). A `+`-joined spec (mtp, draft, eagle, in that order) is the measured planner "
+             "choosing every step among those drafters, each from its own default table.", show_default=False)] = None,
     spec_cost_model: Annotated[str, typer.Option(
         help="static: the MTP gate, ladder and adaptive rung; measured: plan depth from the cost table "
-             "(--spec mtp, draft or mtp+draft), and copy from each request's history instead where the calibration's "
+             "(--spec mtp, draft, eagle or a `+`-joined choice of them), and copy from each request's history instead where the calibration's "
              "prompt-lookup bins say a copy pays more.")] = "static",
     spec_cost_table: Annotated[Path | None, typer.Option(
-        parser=nonempty_path, help="Cost table (default: tables/<box_class>/<recipe>.toml; with --draft-model, "
-        "<recipe>.draft-<draft model>.toml there).",
+        parser=nonempty_path, help="Cost table (default: tables/<box_class>/<recipe>.toml; with --spec draft, "
+        "<recipe>.draft-<draft model>.toml there; with --spec eagle, <recipe>.eagle-<head folder>.toml).",
         show_default=False)] = None,
     calibration: Annotated[Path | None, typer.Option(
         parser=nonempty_path, help="Drafter calibration (default: beside the table, <recipe>.calibration.toml).",
@@ -75,13 +76,13 @@ def serve(
     drafter: Annotated[Path | None, typer.Option(
         parser=nonempty_path,
         help="DFlash drafter for --spec dflash (default: <recipe>.dflash.safetensors beside its weights); for "
-        "--spec eagle, the EAGLE-3 head's folder.", show_default=False)] = None,
+        "--spec eagle (and a choice naming eagle), the EAGLE-3 head's folder.", show_default=False)] = None,
     draft_model: Annotated[str | None, typer.Option(
-        parser=nonempty_model, help="Draft model for --spec draft or mtp+draft: an embedded recipe name (e.g. "
+        parser=nonempty_model, help="Draft model for --spec draft (and a choice naming draft): an embedded recipe name (e.g. "
         "met-tiny-py-draft) "
         "or a checkpoint folder with the model's tokenizer and vocabulary.", show_default=False)] = None,
     draft_depth: Annotated[int | None, typer.Option(
-        min=1, max=16, help="--spec draft, mtp+draft, eagle: the drafter's most drafts per step (default: 4, what the verify "
+        min=1, max=16, help="--spec draft, eagle and the choices naming them: the drafter's most drafts per step (default: 4, what the verify "
         "pools hold at widths 1..=8), the ladder's at widths 1..=8 and the planner's deepest; the pools clamp it as "
         "MTP's.", show_default=False)] = None,
     device: Annotated[str | None, typer.Option(
@@ -114,7 +115,11 @@ def serve(
 
     --spec draft drafts with --draft-model, a smaller model of the same tokenizer with a KV cache of
     its own, in the MTP module's place: the gate, ladder and rung, or the measured planner from the
-    draft model's own table and calibration, choose its depth.
+    draft model's own table and calibration, choose its depth. --spec eagle does the same with the
+    EAGLE-3 head in --drafter FOLDER (measured: from <recipe>.eagle-<folder>.toml, which met bench
+    spec-cost --eagle FOLDER writes). A `+`-joined spec (mtp+draft, mtp+eagle, draft+eagle,
+    mtp+draft+eagle) holds every drafter it names and plans each step with the one whose own table
+    and calibration expect the most; each drafter's table is read from its default path.
 
     Exit statuses: 0 drained and stopped (SIGTERM or Ctrl-C); 2 bad option (e.g. --spec draft without
     --draft-model or the reverse, or a draft model of a shorter context than the serve's); 65
@@ -125,15 +130,16 @@ def serve(
     drafter are missing; 69 (EX_UNAVAILABLE) the --energy source does not work here, or it cannot
     listen on --host:--port (in use, not this machine's address, or does not resolve; checked before
     the model loads); 78 (EX_CONFIG) the table or calibration was measured under another key (each
-    mismatch listed). The draft model's tokenizer, vocabulary and context are checked before the port
+    mismatch listed: a table or calibration of another draft model or EAGLE-3 head names the plan
+    digest and the drafter). The draft model's tokenizer, vocabulary and context are checked before the port
     and before any model loads.
     """
     import torch
 
     from met.bench.measured_boot import BootError, MeasuredBoot, boot_measured, default_calibration, default_table
     from met.engine import heap
-    from met.engine.identity import box_class as derive_box_class, resolve_run, speculation_drift_warning
-    from met.engine.policy import CHOICE, DRAFT_DEPTH, PolicyConfig
+    from met.engine.identity import box_class as derive_box_class, eagle_head, resolve_run, speculation_drift_warning
+    from met.engine.policy import CHOICE, CHOICES, CHOOSABLE, DRAFT_DEPTH, PLANNED_SPECS, PolicyConfig, choice_drafters
     from met.model.chat_template import template_for
     from met.model.dflash import DrafterError, load_drafter, shipped_path
     from met.model.eagle3 import load_eagle3
@@ -147,28 +153,30 @@ def serve(
     if spec_cost_model not in COST_MODELS:
         raise typer.BadParameter(f"{spec_cost_model!r} is not one of {', '.join(COST_MODELS)}",
                                  param_hint="--spec-cost-model")
-    if spec_cost_model == "measured" and spec not in ("mtp", "draft", CHOICE, None):
-        raise typer.BadParameter(f"the measured planner plans MTP or draft-model depth; --spec {spec} has no "
-                                 "calibrated drafter (use --spec mtp, draft, mtp+draft or --spec-cost-model static)",
-                                 param_hint="--spec-cost-model")
-    if spec == CHOICE and spec_cost_model != "measured":
-        raise typer.BadParameter("--spec mtp+draft chooses by the drafters' measured tables; pass --spec-cost-model "
+    if spec_cost_model == "measured" and spec not in (*PLANNED_SPECS, None):
+        raise typer.BadParameter(f"the measured planner plans MTP, draft-model or EAGLE-3 depth; --spec {spec} has no "
+                                 "calibrated drafter (use --spec mtp, draft, eagle, a choice of them such as mtp+draft or "
+                                 "--spec-cost-model static)", param_hint="--spec-cost-model")
+    drafters = choice_drafters(spec) if spec in CHOICES else (spec,) if spec in CHOOSABLE else ()
+    if spec in CHOICES and spec_cost_model != "measured":
+        raise typer.BadParameter(f"--spec {spec} chooses by the drafters' measured tables; pass --spec-cost-model "
                                  "measured", param_hint="--spec")
-    if (draft_model is not None) != (spec in ("draft", CHOICE)) and not (spec is None and spec_cost_model == "measured"):
-        raise typer.BadParameter("--spec draft (and mtp+draft) drafts with --draft-model: give both or neither",
-                                 param_hint="--draft-model")
-    if draft_depth is not None and spec not in ("draft", CHOICE, "eagle") and draft_model is None:
-        raise typer.BadParameter("the drafter's depth, for --spec draft, mtp+draft and eagle only; this serve would "
-                                 "not use it", param_hint="--draft-depth")
-    if drafter is not None and spec not in ("dflash", "eagle"):
+    if (draft_model is not None) != ("draft" in drafters) and not (spec is None and spec_cost_model == "measured"):
+        raise typer.BadParameter("--spec draft (and a choice naming draft, e.g. mtp+draft) drafts with --draft-model: "
+                                 "give both or neither", param_hint="--draft-model")
+    if draft_depth is not None and not {"draft", "eagle"} & set(drafters) and draft_model is None:
+        raise typer.BadParameter("the drafter's depth, for --spec draft, mtp+draft and eagle only (and the other "
+                                 "choices naming draft or eagle); this serve would not use it",
+                                 param_hint="--draft-depth")
+    if drafter is not None and spec != "dflash" and "eagle" not in drafters:
         raise typer.BadParameter(f"the DFlash drafter of --spec dflash or the EAGLE-3 head of --spec eagle; --spec "
                                  f"{spec or 'mtp'} would not use it", param_hint="--drafter")
-    if spec == "eagle" and drafter is None:
-        raise typer.BadParameter("--spec eagle drafts with an EAGLE-3 head: pass its folder", param_hint="--drafter")
-    if spec == CHOICE and (spec_cost_table is not None or calibration is not None):
-        raise typer.BadParameter("--spec mtp+draft reads each drafter's table and calibration from its default "
-                                 "path (tables/<box_class>/<recipe>.toml and <recipe>.draft-<draft model>.toml)",
-                                 param_hint="--spec-cost-table")
+    if "eagle" in drafters and drafter is None:
+        raise typer.BadParameter(f"--spec {spec} drafts with an EAGLE-3 head: pass its folder", param_hint="--drafter")
+    if spec in CHOICES and (spec_cost_table is not None or calibration is not None):
+        raise typer.BadParameter(f"--spec {spec} reads each drafter's table and calibration from its default path "
+                                 "(tables/<box_class>/<recipe>.toml, <recipe>.draft-<draft model>.toml, "
+                                 "<recipe>.eagle-<head folder>.toml)", param_hint="--spec-cost-table")
     if lift_wide_tier and spec == "dflash":
         raise typer.BadParameter("it lifts the MTP verify pools; --spec dflash sizes its pools from the DFlash rung "
                                  "(its gamma at every width, up to the drafter's block)", param_hint="--lift-wide-tier")
@@ -202,25 +210,37 @@ def serve(
         spec = CHOICE if recipe.config.mtp_depth else "draft"
     if spec is None:
         spec = "mtp" if recipe.config.mtp_depth or spec_cost_model == "measured" else "prompt-lookup"
-    if spec == CHOICE and not recipe.config.mtp_depth:
-        raise typer.BadParameter(f"{recipe.name} has no MTP module to choose beside the draft model; use --spec draft",
-                                 param_hint="--spec")
+    drafters = choice_drafters(spec) if spec in CHOICES else (spec,) if spec in CHOOSABLE else ()
+    if spec in CHOICES and "mtp" in drafters and not recipe.config.mtp_depth:
+        rest = spec.removeprefix("mtp+")
+        raise typer.BadParameter(f"{recipe.name} has no MTP module to choose beside the other drafters; use --spec "
+                                 f"{rest}", param_hint="--spec")
     if spec == "mtp" and not recipe.config.mtp_depth:
         hint = "use --spec ngram or prompt-lookup" + (" with --spec-cost-model static" if spec_cost_model != "static"
                                                       else "")
         raise typer.BadParameter(f"{recipe.name} has no MTP module to draft with; {hint}", param_hint="--spec")
-    cost_state = draft_state = None
-    table = spec_cost_table or default_table(box, recipe.name, small.name if spec == "draft" else None)
-    if spec_cost_model == "measured":
-        boot = MeasuredBoot(table, calibration or default_calibration(table), spec_cost_slack, energy, box_class)
+    head_id = None
+    if "eagle" in drafters and spec_cost_model == "measured":  # its table is keyed by its files: read before the port
         try:
-            cost_state = boot_measured(recipe, settings, boot, draft=small if spec == "draft" else None)
-            if spec == CHOICE:  # and the draft model's own table and calibration
-                draft_table = default_table(box, recipe.name, small.name)
-                draft_state = boot_measured(recipe, settings, MeasuredBoot(
-                    draft_table, default_calibration(draft_table), spec_cost_slack, energy, box_class), draft=small)
+            head_id = eagle_head(drafter, recipe.config)
+        except DrafterError as exc:
+            raise _fail(exc.status, f"error: {exc}") from None
+    states: dict[str, SpecCostState] = {}
+    tables: list[Path] = []
+    if spec_cost_model == "measured":
+        own = {"draft": small, "eagle": head_id}
+        try:
+            for name in drafters:  # each drafter's own table and calibration, at its default path in a choice
+                path = default_table(box, recipe.name, small.name if name == "draft" else None,
+                                     head_id.name if name == "eagle" else None)
+                path = spec_cost_table or path if len(drafters) == 1 else path
+                cal = calibration if len(drafters) == 1 and calibration is not None else default_calibration(path)
+                states[name] = boot_measured(recipe, settings, MeasuredBoot(path, cal, spec_cost_slack, energy,
+                                                                            box_class), draft=own.get(name))
+                tables.append(path)
         except BootError as exc:
             raise _fail(exc.code, *exc.lines) from None
+    cost_state = states[drafters[0]] if len(drafters) == 1 and states else None
     try:
         server.check_bind(host, port)  # a port in use fails now, not after the model loads
     except server.BindError as exc:
@@ -235,7 +255,7 @@ def serve(
         if spec == "dflash":
             block = load_drafter(drafter or shipped_path(recipe), recipe.id, getattr(torch, settings.dtype),
                                  settings.device)
-        if spec == "eagle":
+        if "eagle" in drafters:
             head = load_eagle3(drafter, recipe.config, getattr(torch, settings.dtype), settings.device)
     except DrafterError as exc:
         raise _fail(exc.status, f"error: {exc}") from None
@@ -243,14 +263,14 @@ def serve(
     names = (recipe.name, recipe.id) + ((model,) if model not in (recipe.name, recipe.id) else ())
     config = PolicyConfig(spec, lookup_depth, lookup_min_ngram, pools, draft_depth or DRAFT_DEPTH)
     service = Service.build(net, recipe.id, names, config, max_batch, context, cost_state, keys, tokenizer, block,
-                            chat, small_net, head, draft_state)
+                            chat, small_net, head, cost_states=states if len(drafters) > 1 else None)
     heap.settle()  # boot's objects out of the collector's full passes for the life of the serve
-    tables = [table] + ([draft_table] if draft_state is not None else []) if cost_state is not None else []
     _banner(service, recipe.id, host, port, settings, box, tables, keys,
-            (small.id, config.draft_depth) if small is not None else None)
+            (small.id, config.draft_depth) if small is not None else None,
+            (drafter.name, config.draft_depth) if head is not None else None)
     if (warning := speculation_drift_warning(settings.dtype, spec)) is not None:
         typer.echo(f"  {warning}", err=True)
-    for state, path in zip((cost_state, draft_state), tables):
+    for state, path in zip(states.values(), tables):
         for line in table_warnings(state.table, path, max_batch, table_max_age):
             typer.echo(f"  {line}", err=True)  # narrower than --max-batch, a --quick table, an old one
     app = create_app(service)
@@ -289,9 +309,10 @@ def _keys(api_keys: list[str], keys_file: Path | None, open_metrics: bool = Fals
 
 
 def _banner(service: Service, recipe_id: str, host: str, port: int, settings: RunSettings, box: str,
-            tables: list[Path], keys: KeyRing, draft: tuple[str, int] | None = None) -> None:
-    """The boot lines: what is served, how, from which tables (each measured planner's, in its order); draft: the
-    draft model's id and most drafts."""
+            tables: list[Path], keys: KeyRing, draft: tuple[str, int] | None = None,
+            eagle: tuple[str, int] | None = None) -> None:
+    """The boot lines: what is served, how, from which tables (each measured planner's, in its order); draft, eagle:
+    the draft model's id or the EAGLE-3 head's folder name, and its most drafts."""
     from met.speculative.spec_cost.plan import unknown
 
     sched = service.scheduler
@@ -300,6 +321,8 @@ def _banner(service: Service, recipe_id: str, host: str, port: int, settings: Ru
                f"{sched.max_len} tokens", err=True)
     if draft is not None:
         typer.echo(f"  drafting with the draft model {draft[0]}, up to {draft[1]} drafts a step", err=True)
+    if eagle is not None:
+        typer.echo(f"  drafting with the EAGLE-3 head {eagle[0]}, up to {eagle[1]} drafts a step", err=True)
     planners = getattr(sched.policy, "planners", [sched.policy]) if tables else []
     if len(planners) > 1:
         typer.echo(f"  choosing every step among {', '.join(p.drafter for p in planners)} by their own tables", err=True)
@@ -312,7 +335,7 @@ def _banner(service: Service, recipe_id: str, host: str, port: int, settings: Ru
         others = " and from the tenant's other requests" if planner.copies.shared_ngram else ""
         copies = (f"weighing copies from each history{others} (the calibration's prompt-lookup bins; up to "
                   f"{planner.copy_kmax(1)} deep at width 1)" if state.calibration.lookup
-                  else f"{'MTP' if planner.drafter == 'mtp' else 'draft-model'} drafts only (the calibration has no "
+                  else f"{_WHOSE[planner.drafter]} drafts only (the calibration has no "
                   "prompt-lookup bins)")
         named = f"{planner.drafter} " if len(planners) > 1 else ""
         typer.echo(f"  planning {named}from {table} ({when + ', ' if when else ''}energy_source "
@@ -322,6 +345,9 @@ def _banner(service: Service, recipe_id: str, host: str, port: int, settings: Ru
                err=True)
     if keys.open and not _loopback(host):
         typer.echo(f"  warning: listening on {host} without an API key; pass --api-key or --api-keys-file", err=True)
+
+
+_WHOSE = {"mtp": "MTP", "draft": "draft-model", "eagle": "EAGLE-3"}  # whose drafts a planner weighs
 
 
 def _loopback(host: str) -> bool:
