@@ -17,6 +17,8 @@ SERVE_SPECS = ("off", "mtp", "draft", "mtp+draft", "eagle", "mtp+eagle", "draft+
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # met.serve.server.LOG_LEVELS (uvicorn's)
 ENERGY_CHOICES = ("auto", "nvml", "rapl", "none")  # met.bench.meters.ENERGY_CHOICES
 POLICIES = ("off", "fixed-1", "fixed-2", "fixed-3", "fixed-4", "static", "prompt-lookup", "measured")  # bench policies
-# met.bench.policies.OPTIONAL_POLICIES: run only when named (the draft-* ones also by default with --draft-model)
+# met.bench.policies.OPTIONAL_POLICIES: run only when named (the draft-* ones also by default with --draft-model, the
+# eagle-* ones with --eagle)
 OPTIONAL_POLICIES = ("dflash", "draft-fixed-1", "draft-fixed-2", "draft-fixed-3", "draft-fixed-4", "draft-measured",
-                     "mtp+draft-measured")
+                     "mtp+draft-measured", "eagle-fixed-1", "eagle-fixed-2", "eagle-fixed-3", "eagle-fixed-4",
+                     "eagle-measured", "mtp+eagle-measured", "draft+eagle-measured", "mtp+draft+eagle-measured")

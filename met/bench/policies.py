@@ -12,7 +12,10 @@ policy alike, and a steady one favours no policy for running first. One short wa
 policy and concurrency comes first and is not kept. The draft-* policies draft with a draft model
 (a smaller model of the recipe's tokenizer) in the MTP module's place, through the same policies:
 its runners hold it beside the model for every policy, so every policy's runs pay the same
-bookkeeping and only the draft-* ones draft with it.
+bookkeeping and only the draft-* ones draft with it. The eagle-* policies do the same with an
+EAGLE-3 head. A choice (`<choice>-measured`, as met serve --spec <choice>: mtp+draft-measured,
+mtp+eagle-measured, draft+eagle-measured, mtp+draft+eagle-measured) plans every step with each
+drafter's measured planner and runs the best plan.
 """
 
 import time
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from met.engine import heap
-from met.engine.policy import DRAFT_DEPTH
+from met.engine.policy import CHOICES, DRAFT_DEPTH, choice_drafters
 from met.engine.policy_choice import DrafterChoicePolicy
 from met.engine.policy_base import Outcome, PlainPolicy, Policy, StepPlan, drafter_width
 from met.engine.policy_dflash import DflashPolicy, RunnerDflash
@@ -33,6 +36,7 @@ from met.engine.runner import Draft, ModelRunner
 from met.engine.scheduler import Scheduler
 from met.model.corpus import heldout_code
 from met.model.dflash import DflashDrafter
+from met.model.eagle3 import Eagle3Head
 from met.model.tokenizer import BYTES, Tokenizer, encode
 from met.model.transformer import Transformer
 from met.speculative.spec_capacity import VerifyPools
@@ -41,11 +45,16 @@ from met.speculative.spec_cost import SpecCostState
 FIXED_DEPTHS = (1, 2, 3, 4)
 POLICIES = ("off", *(f"fixed-{k}" for k in FIXED_DEPTHS), "static", "prompt-lookup", "measured")  # the default set
 CHOICE_POLICY = "mtp+draft-measured"  # both measured planners, the better plan each step (met serve --spec mtp+draft)
+# A choice among measured planners: `<serve --spec choice>-measured` (met.engine.policy.CHOICES), one rule for all
+CHOICE_POLICIES = tuple(f"{spec}-measured" for spec in CHOICES)
 # the draft model's, as the MTP ones, and the choice between it and MTP
 DRAFT_POLICIES = (*(f"draft-fixed-{k}" for k in FIXED_DEPTHS), "draft-measured", CHOICE_POLICY)
-# run only when named: the recipe's DFlash block drafter (met serve --spec dflash); the draft-* ones also by default
-# when a draft model is given (met serve --spec draft --draft-model)
-OPTIONAL_POLICIES = ("dflash", *DRAFT_POLICIES)
+EAGLE_POLICIES = (*(f"eagle-fixed-{k}" for k in FIXED_DEPTHS), "eagle-measured")  # an EAGLE-3 head's, likewise
+# run only when named: the recipe's DFlash block drafter (met serve --spec dflash), the choices naming an EAGLE-3
+# head; the draft-* ones also by default when a draft model is given (met serve --spec draft --draft-model), the
+# eagle-* ones and the choice among every drafter given when a head is (met serve --spec eagle --drafter FOLDER)
+OPTIONAL_POLICIES = ("dflash", *DRAFT_POLICIES, *EAGLE_POLICIES, *CHOICE_POLICIES[1:])
+OWN_DRAFTERS = {"draft": "a draft model (--draft-model NAME|PATH)", "eagle": "an EAGLE-3 head (--eagle FOLDER)"}
 CHOICES = POLICIES + OPTIONAL_POLICIES  # every name --policies takes
 LOOKUP_DEPTH = 4  # prompt lookup's most drafts per step: the serve's --lookup-depth default
 WARMUP_TOKENS = 8  # tokens per request of the warm-up run (enough for every step kind to run)
@@ -83,21 +92,39 @@ class Workload:
             raise ValueError(f"repeats must be at least 1, got {self.repeats}")
 
 
+def policy_drafters(name: str) -> tuple[str, ...]:
+    """The recursive drafters a policy drafts with: ("draft",) for draft-fixed-2, ("mtp", "eagle") for
+    mtp+eagle-measured, ("mtp",) for the MTP ones; () for off, prompt-lookup and dflash."""
+    if name in CHOICE_POLICIES:
+        return choice_drafters(name.removesuffix("-measured"))
+    if name in ("off", "prompt-lookup", "dflash"):
+        return ()
+    kind = name.partition("-")[0]
+    return (kind,) if kind in OWN_DRAFTERS else ("mtp",)
+
+
 def policy_factories(names: Sequence[str], num_drafts: int, pools: VerifyPools, cost_state: SpecCostState | None,
                      environ: Mapping[str, str], dflash_block: int | None = None, draft_model: bool = False,
-                     draft_state: SpecCostState | None = None) -> dict[str, PolicyFactory]:
+                     draft_state: SpecCostState | None = None, eagle: bool = False,
+                     eagle_state: SpecCostState | None = None) -> dict[str, PolicyFactory]:
     """A factory per policy name (POLICIES, OPTIONAL_POLICIES), built as the serve builds its policies.
 
     ValueError naming the problem. dflash_block: the block of the DFlash drafter the runners hold
     (policy dflash needs one); its verify pools are the DFlash rung's, not `pools`, as in the serve.
     draft_model: whether the runners hold a draft model (the draft-* policies need one; it drafts at
     most DRAFT_DEPTH, as the serve's default --draft-depth); draft_state: its table and calibration
-    (draft-measured needs them).
+    (draft-measured needs them); eagle, eagle_state: the same of an EAGLE-3 head (eagle-*). A choice
+    needs the state of every drafter it names.
     """
+    states = {"mtp": cost_state, "draft": draft_state, "eagle": eagle_state}
+    held = {"mtp": num_drafts >= 1, "draft": draft_model, "eagle": eagle}
+    depths = {"mtp": num_drafts, "draft": DRAFT_DEPTH, "eagle": DRAFT_DEPTH}
     out: dict[str, PolicyFactory] = {}
     for name in names:
-        if name in DRAFT_POLICIES:
-            out[name] = _draft_factory(name, pools, draft_model, draft_state, cost_state, num_drafts)
+        if name in CHOICE_POLICIES:
+            out[name] = _choice_factory(name, pools, states, held, depths)
+        elif name in DRAFT_POLICIES or name in EAGLE_POLICIES:
+            out[name] = _own_factory(name, pools, states, held)
         elif name == "off":
             out[name] = PlainPolicy
         elif name.startswith("fixed-") and name in POLICIES:
@@ -118,29 +145,41 @@ def policy_factories(names: Sequence[str], num_drafts: int, pools: VerifyPools, 
             out[name] = lambda: DflashPolicy(RunnerDflash(dflash_block))
         else:
             raise ValueError(f"unknown policy {name!r}; choose from {', '.join(CHOICES)}")
-        if num_drafts < 1 and name not in ("off", "prompt-lookup", "dflash", *DRAFT_POLICIES):
+        if num_drafts < 1 and policy_drafters(name) == ("mtp",):
             raise ValueError(f"policy {name!r} drafts with MTP, but the model has no MTP module")
     return out
 
 
-def _draft_factory(name: str, pools: VerifyPools, draft_model: bool, draft_state: SpecCostState | None,
-                   cost_state: SpecCostState | None = None, num_drafts: int = 0) -> PolicyFactory:
-    """A draft-* policy: the MTP policy of the same name drafting with the runners' draft model; or the choice
-    between the MTP module (cost_state, num_drafts) and the draft model (draft_state)."""
-    if not draft_model:
-        raise ValueError(f"policy {name!r} drafts with a draft model; give one (--draft-model NAME|PATH)")
-    if name in ("draft-measured", CHOICE_POLICY) and draft_state is None:
-        raise ValueError(f"policy {name!r} needs the draft model's cost table and calibration")
-    if name == "draft-measured":
-        return lambda: MtpPlannedPolicy(draft_state, DRAFT_DEPTH, pools, "draft")
-    if name == CHOICE_POLICY:
-        if cost_state is None or num_drafts < 1:
-            raise ValueError(f"policy {name!r} chooses between the MTP module and the draft model: it needs a model "
-                             "with an MTP module and its cost table and calibration")
-        return lambda: DrafterChoicePolicy([MtpPlannedPolicy(cost_state, num_drafts, pools, "mtp"),
-                                            MtpPlannedPolicy(draft_state, DRAFT_DEPTH, pools, "draft")])
-    depth = int(name.removeprefix("draft-fixed-"))
-    return lambda: MtpFixedPolicy(depth, DRAFT_DEPTH, pools, "draft")
+def _own_factory(name: str, pools: VerifyPools, states: Mapping[str, SpecCostState | None],
+                 held: Mapping[str, bool]) -> PolicyFactory:
+    """A draft-* or eagle-* policy: the MTP policy of the same name drafting with the runners' draft model or
+    EAGLE-3 head, which drafts at most DRAFT_DEPTH (measured: from its own table and calibration)."""
+    kind, _, rest = name.partition("-")
+    if not held[kind]:
+        raise ValueError(f"policy {name!r} drafts with {OWN_DRAFTERS[kind]}; give one")
+    if rest == "measured":
+        if (state := states[kind]) is None:
+            raise ValueError(f"policy {name!r} needs the {_WHOSE[kind]}'s cost table and calibration")
+        return lambda: MtpPlannedPolicy(state, DRAFT_DEPTH, pools, kind)
+    depth = int(rest.removeprefix("fixed-"))
+    return lambda: MtpFixedPolicy(depth, DRAFT_DEPTH, pools, kind)
+
+
+_WHOSE = {"mtp": "MTP module", "draft": "draft model", "eagle": "EAGLE-3 head"}
+
+
+def _choice_factory(name: str, pools: VerifyPools, states: Mapping[str, SpecCostState | None],
+                    held: Mapping[str, bool], depths: Mapping[str, int]) -> PolicyFactory:
+    """A choice: each drafter's measured planner, the best plan of each step run (met serve --spec <choice>)."""
+    drafters = policy_drafters(name)
+    for d in drafters:
+        if not held[d]:
+            what = "a model with an MTP module" if d == "mtp" else OWN_DRAFTERS[d]
+            raise ValueError(f"policy {name!r} chooses among {', '.join(_WHOSE[x] for x in drafters)}: it drafts "
+                             f"with {what}; give one")
+        if states[d] is None:
+            raise ValueError(f"policy {name!r} needs the {_WHOSE[d]}'s cost table and calibration")
+    return lambda: DrafterChoicePolicy([MtpPlannedPolicy(states[d], depths[d], pools, d) for d in drafters])
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,14 +319,15 @@ def measure_run(runner: ModelRunner, name: str, factory: PolicyFactory, model_id
 
 def run_all(model: Transformer, model_id: str, factories: Mapping[str, PolicyFactory], workload: Workload,
             progress: Progress | None = None, dflash: DflashDrafter | None = None,
-            draft_model: Transformer | None = None) -> list[Run]:
+            draft_model: Transformer | None = None, eagle: Eagle3Head | None = None) -> list[Run]:
     """Warm-up, then every policy at every concurrency, interleaved over the repeats (see the module's docstring).
 
     dflash: the block drafter the runners hold for policy dflash (None: no runner has one);
-    draft_model: the draft model they hold for the draft-* policies (its context bounds theirs).
+    draft_model: the draft model they hold for the draft-* policies (its context bounds theirs); eagle:
+    the EAGLE-3 head they hold for the eagle-* ones. A choice's runners hold every drafter it names.
     """
     context = model.cfg.max_seq_len if draft_model is None else min(model.cfg.max_seq_len, draft_model.cfg.max_seq_len)
-    runners = {c: ModelRunner(model, c, context, dflash=dflash, draft_model=draft_model)
+    runners = {c: ModelRunner(model, c, context, dflash=dflash, draft_model=draft_model, eagle=eagle)
                for c in workload.concurrencies}
     heap.settle()  # as met serve: the collector's full passes scan what the runs allocate, not the model's heap
     total = len(factories) * len(runners) * (workload.repeats + 1)

@@ -51,14 +51,26 @@ RepeatsOpt = Annotated[int | None, typer.Option(
     "--repeats", min=1, max=100, help="Interleaved repeats; figures are medians (default: 3; --quick: 1).",
     show_default=False)]
 PoliciesOpt = Annotated[str | None, typer.Option(
-    "--policies", help=f"Comma-separated subset of: {', '.join(POLICIES)} (default: all of these, and with "
-    "--draft-model the draft-* ones too); also dflash (the recipe's DFlash drafter, its rung's gamma, as met serve "
-    f"--spec dflash) and {', '.join(p for p in OPTIONAL_POLICIES if p != 'dflash')} (the MTP policies of the same "
-    "name drafting with --draft-model, as met serve --spec draft).", show_default=False)]
+    "--policies", help=f"Comma-separated subset of: {', '.join(POLICIES)} (default: all of these, with "
+    "--draft-model the draft-* ones too, with --eagle the eagle-* ones and the choice among every drafter given); "
+    "also dflash (the recipe's DFlash drafter, its rung's gamma, as met serve --spec dflash), "
+    f"{', '.join(p for p in OPTIONAL_POLICIES if p != 'dflash' and '+' not in p)} (the MTP policies of the same "
+    "name drafting with --draft-model or --eagle, as met serve --spec draft or eagle), and the choices "
+    f"{', '.join(p for p in OPTIONAL_POLICIES if '+' in p)}: one rule, <met serve --spec choice>-measured, each "
+    "drafter named planning from its own table, the best plan run each step.", show_default=False)]
 DraftModelOpt = Annotated[str | None, typer.Option(
     "--draft-model", parser=nonempty_model, help="Draft model of the draft-* policies: an embedded recipe name (e.g. "
     "met-tiny-py-draft) or a checkpoint folder with the recipe's tokenizer (as met serve --spec draft).",
     show_default=False)]
+EagleOpt = Annotated[Path | None, typer.Option(
+    "--eagle", parser=nonempty_path, help="EAGLE-3 head of the eagle-* policies: its folder (as met serve --spec "
+    "eagle --drafter FOLDER, and met bench spec-cost --eagle FOLDER).", show_default=False)]
+EagleTableOpt = Annotated[Path | None, typer.Option(
+    "--eagle-table", parser=nonempty_path, help="Cost table of eagle-measured, measured with met bench spec-cost "
+    "--eagle (default: tables/<box_class>/<recipe>.eagle-<head folder>.toml).", show_default=False)]
+EagleCalibrationOpt = Annotated[Path | None, typer.Option(
+    "--eagle-calibration", parser=nonempty_path, help="The EAGLE-3 head's calibration (default: beside "
+    "--eagle-table).", show_default=False)]
 DraftTableOpt = Annotated[Path | None, typer.Option(
     "--draft-table", parser=nonempty_path, help="Cost table of draft-measured, measured with met bench spec-cost "
     "--draft-model (default: tables/<box_class>/<recipe>.draft-<draft model>.toml).", show_default=False)]
@@ -110,6 +122,9 @@ def policies(
     draft_model: DraftModelOpt = None,
     draft_table: DraftTableOpt = None,
     draft_calibration: DraftCalibrationOpt = None,
+    eagle: EagleOpt = None,
+    eagle_table: EagleTableOpt = None,
+    eagle_calibration: EagleCalibrationOpt = None,
     slack: SlackOpt = 0.1,
     energy: EnergyOpt = "auto",
     box_class_: BoxClassOpt = None,
@@ -131,7 +146,11 @@ def policies(
     draft-measured, the same policies drafting with the draft model (met serve --spec draft),
     draft-measured planning from the draft model's own table and calibration (--draft-table, booted
     as the serve boots it), and mtp+draft-measured, both planners, the better plan run each step
-    (met serve --spec mtp+draft). Each runs at every concurrency, interleaved over the repeats (the order
+    (met serve --spec mtp+draft). With --eagle FOLDER: eagle-fixed-1..eagle-fixed-4 and
+    eagle-measured, the same with an EAGLE-3 head (met serve --spec eagle --drafter FOLDER, its
+    table --eagle-table), and by default the choice among every drafter given (mtp+eagle-measured,
+    or mtp+draft+eagle-measured with --draft-model too); any choice is named
+    <met serve --spec choice>-measured. Each runs at every concurrency, interleaved over the repeats (the order
     reversed every other repeat); greedy outputs must be identical everywhere. Prints and writes the
     report with PASS/FAIL for the planner's three checks (within 3% of every fixed depth, 10% ahead
     of the best fixed depth on average, 1.8x plain decode at concurrency 1), each paired ratio with
@@ -140,15 +159,16 @@ def policies(
 
     Exit statuses: 0 results written (under --out-dir, else a new met-results/policies-<UTC time>/);
     2 bad option value (or fewer held-out prompts here than --prompts, or a draft-* policy without
-    --draft-model); 65 (EX_DATAERR) a cost table or calibration is missing or invalid, or the DFlash
+    --draft-model, or an eagle-* one without --eagle); 65 (EX_DATAERR) a cost table or calibration is missing or invalid, or the DFlash
     drafter is damaged or another model's, or the draft model has another tokenizer or vocabulary
-    than the recipe's; 66 (EX_NOINPUT) the recipe's weights, its DFlash drafter (policy dflash), the
-    draft model or the held-out files are missing; 69 (EX_UNAVAILABLE) the --energy source does not
+    than the recipe's, or the EAGLE-3 head is not one for the recipe; 66 (EX_NOINPUT) the recipe's
+    weights, its DFlash drafter (policy dflash), the draft model, the EAGLE-3 head or the held-out
+    files are missing; 69 (EX_UNAVAILABLE) the --energy source does not
     work here; 70 (EX_SOFTWARE) greedy outputs differ between policies or concurrencies, or a
     request failed (results are still written; each difference is named); 73 (EX_CANTCREAT) the
     results could not be written (the folder is checked before anything runs; the report is printed
     either way); 78 (EX_CONFIG) a table or calibration was measured under another key (the draft
-    model's: under another draft model, or for the MTP drafter).
+    model's or head's: under another draft model or head, or for the MTP drafter).
     """
     import torch
 
@@ -158,22 +178,30 @@ def policies(
     from met.bench.policies_identity import mismatches
     from met.bench.policies_report import checks, document, markdown, summarise
     from met.bench.progress import Reporter
-    from met.engine.identity import DRIFT, EXACT_DTYPES, box_class, device_name, resolve_run
+    from met.engine.identity import DRIFT, EXACT_DTYPES, box_class, device_name, eagle_head, resolve_run
     from met.model.corpus import root_named
     from met.model.dflash import DrafterError, load_drafter, shipped_path
+    from met.model.eagle3 import load_eagle3
     from met.model.recipes import embedded
     from met.model.sources import draft_model_for
     from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
 
     base = QUICK if quick else DEFAULTS
-    names = _policy_names(policies_, draft_model is not None)
-    drafting = [n for n in names if n in pol.DRAFT_POLICIES]  # the policies that draft with the draft model
+    names = _policy_names(policies_, draft_model is not None, eagle is not None)
+    drafting = [n for n in names if "draft" in pol.policy_drafters(n)]  # the policies that draft with the draft model
+    heading = [n for n in names if "eagle" in pol.policy_drafters(n)]  # and those with the EAGLE-3 head
     if drafting and draft_model is None:
         raise typer.BadParameter(f"{', '.join(drafting)} draft with a draft model: pass --draft-model NAME|PATH "
                                  "(e.g. met-tiny-py-draft)", param_hint="--policies")
+    if heading and eagle is None:
+        raise typer.BadParameter(f"{', '.join(heading)} draft with an EAGLE-3 head: pass --eagle FOLDER",
+                                 param_hint="--policies")
     if (draft_table is not None or draft_calibration is not None) and draft_model is None:
         raise typer.BadParameter("--draft-table and --draft-calibration are the draft model's: pass --draft-model "
                                  "too", param_hint="--draft-table")
+    if (eagle_table is not None or eagle_calibration is not None) and eagle is None:
+        raise typer.BadParameter("--eagle-table and --eagle-calibration are the EAGLE-3 head's: pass --eagle too",
+                                 param_hint="--eagle-table")
     if energy not in ENERGY_CHOICES:
         raise typer.BadParameter(f"{energy!r} is not one of {', '.join(ENERGY_CHOICES)}", param_hint="--energy")
     try:
@@ -199,16 +227,22 @@ def policies(
         draft_recipe = draft_model_for(model_recipe, draft_model) if draft_model is not None else None
     except RecipeError as exc:  # its status: 66 missing, 65 another tokenizer or vocabulary, or unusable
         raise _fail(exc.status, f"error: --draft-model {draft_model}: {exc}") from None
+    try:
+        head_id = eagle_head(eagle, model_recipe.config) if eagle is not None else None
+    except DrafterError as exc:  # its status: 66 missing, 65 not a head for this recipe
+        raise _fail(exc.status, f"error: --eagle {eagle}: {exc}") from None
     longest = max(len(p) for p in heldout)
     for r in [model_recipe] + ([draft_recipe] if draft_recipe is not None else []):
         if longest + 1 > r.config.max_seq_len:
             raise _fail(EX_USAGE, f"error: a prompt of {longest} tokens does not fit the context of "
                         f"{r.config.max_seq_len} of recipe {r.name}")
-    table_path = draft_table_path = None
-    cost_state = draft_state = None
-    planned = "measured" in names or pol.CHOICE_POLICY in names or table is not None
-    draft_planned = "draft-measured" in names or pol.CHOICE_POLICY in names or draft_table is not None
-    if not planned and not draft_planned:
+    table_path = draft_table_path = eagle_table_path = None
+    cost_state = draft_state = eagle_state = None
+    choosing = {d for n in names if n in pol.CHOICE_POLICIES for d in pol.policy_drafters(n)}
+    planned = "measured" in names or "mtp" in choosing or table is not None
+    draft_planned = "draft-measured" in names or "draft" in choosing or draft_table is not None
+    eagle_planned = "eagle-measured" in names or "eagle" in choosing or eagle_table is not None
+    if not planned and not draft_planned and not eagle_planned:
         try:  # no table prices joules here, but a source asked for by name must work, as with a table
             energy_source(energy, settings.device)
         except BootError as exc:
@@ -224,6 +258,11 @@ def policies(
             draft_state = boot_measured(model_recipe, settings, MeasuredBoot(
                 draft_table_path, draft_calibration or default_calibration(draft_table_path), slack, energy,
                 box_class_, table_option="--draft-table"), draft=draft_recipe)
+        if eagle_planned:
+            eagle_table_path = eagle_table or default_table(box, model_recipe.name, eagle_name=head_id.name)
+            eagle_state = boot_measured(model_recipe, settings, MeasuredBoot(
+                eagle_table_path, eagle_calibration or default_calibration(eagle_table_path), slack, energy,
+                box_class_, table_option="--eagle-table"), draft=head_id)
     except BootError as exc:
         raise _fail(exc.code, *exc.lines) from None
     drafter = None
@@ -236,7 +275,8 @@ def policies(
     pools = VerifyPools(DEFAULT_POOLS.tiers, lift_wide_tier=lift_wide_tier)
     try:
         factories = pol.policy_factories(names, model_recipe.config.mtp_depth, pools, cost_state, os.environ,
-                                         drafter.block if drafter is not None else None, bool(drafting), draft_state)
+                                         drafter.block if drafter is not None else None, bool(drafting), draft_state,
+                                         bool(heading), eagle_state)
         workload = pol.Workload(tuple(heldout), max_tokens or base["max_tokens"],
                                 concurrencies, repeats or base["repeats"])
     except ValueError as exc:
@@ -246,6 +286,11 @@ def policies(
     model = model_recipe.load(getattr(torch, settings.dtype), settings.device)
     # loaded only for a policy that drafts with it: a runner holding it pays its bookkeeping every step
     small = draft_recipe.load(getattr(torch, settings.dtype), settings.device) if drafting else None
+    try:  # likewise: a runner holding the head hands it the target's features at every step
+        head = load_eagle3(eagle, model_recipe.config, getattr(torch, settings.dtype), settings.device) \
+            if heading else None
+    except DrafterError as exc:
+        raise _fail(exc.status, f"error: --eagle {eagle}: {exc}") from None
     load = os.getloadavg()
     if settings.dtype not in EXACT_DTYPES and set(names) != {"off"}:  # before the run, not after its minutes
         typer.echo(f"warning: in {settings.dtype} {DRIFT}: greedy outputs may differ between policies (exit 70); "
@@ -255,13 +300,16 @@ def policies(
                      f"{workload.repeats} repeats: {len(heldout)} prompts of {workload.max_tokens} tokens, "
                      f"{model_recipe.id} on {settings.device} ({settings.dtype}, {settings.threads} threads)")
         runs = pol.run_all(model, model_recipe.id, factories, workload,
-                           lambda done, total, label: reporter.step("runs", done, total, label), drafter, small)
-    rows = summarise(runs, cost_state.table if cost_state else None, draft_state.table if draft_state else None)
+                           lambda done, total, label: reporter.step("runs", done, total, label), drafter, small,
+                           head)
+    rows = summarise(runs, cost_state.table if cost_state else None, draft_state.table if draft_state else None,
+                     eagle_state.table if eagle_state else None)
     results = checks(rows, runs)
     problems = mismatches(runs)
     meta = {
         "command": _command(recipe, workload, names, table_path, calibration, slack, energy, box_class_,
-                            settings, lift_wide_tier, out_dir, draft_model, draft_table_path, draft_calibration),
+                            settings, lift_wide_tier, out_dir, draft_model, draft_table_path, draft_calibration,
+                            eagle, eagle_table_path, eagle_calibration),
         "argv": sys.argv, "when": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
         "recipe": model_recipe.id,
         "machine": {"box_class": box, "device": device_name(settings.device), "torch_device": settings.device,
@@ -270,11 +318,16 @@ def policies(
                     "python": platform.python_version(), "met": __version__, "platform": platform.platform()},
         "table": str(table_path) if table_path else None,
         "calibration": str(calibration or default_calibration(table_path)) if table_path else None,
-        "energy_source": next((s.table.key.energy_source for s in (cost_state, draft_state) if s), None),
+        "energy_source": next((s.table.key.energy_source for s in (cost_state, draft_state, eagle_state) if s),
+                              None),
         **({"draft_model": draft_recipe.id,
             "draft_table": str(draft_table_path) if draft_table_path else None,
             "draft_calibration": str(draft_calibration or default_calibration(draft_table_path))
             if draft_table_path else None} if draft_recipe is not None else {}),
+        **({"eagle_head": head_id.id,
+            "eagle_table": str(eagle_table_path) if eagle_table_path else None,
+            "eagle_calibration": str(eagle_calibration or default_calibration(eagle_table_path))
+            if eagle_table_path else None} if head_id is not None else {}),
         "slack": slack, "pools": f"{pools.tiers}, lift_wide_tier={pools.lift_wide_tier}",
         "workload": {"prompts": len(heldout), "max_tokens": workload.max_tokens,
                      "concurrencies": list(concurrencies), "repeats": workload.repeats, "policies": names,
@@ -308,13 +361,16 @@ def _concurrencies(text: str) -> tuple[int, ...]:
         raise typer.BadParameter(exc.message.replace("1,2,4,8,16", "1,4,16"), param_hint="--concurrency") from None
 
 
-def _policy_names(text: str | None, draft_model: bool = False) -> list[str]:
-    """The policies --policies names; by default POLICIES, and the draft model's (DRAFT_POLICIES) when one is given."""
-    from met.bench.policies import DRAFT_POLICIES
+def _policy_names(text: str | None, draft_model: bool = False, eagle: bool = False) -> list[str]:
+    """The policies --policies names; by default POLICIES, the draft model's (DRAFT_POLICIES) when one is given, the
+    EAGLE-3 head's (EAGLE_POLICIES) and the choice among every drafter given when a head is."""
+    from met.bench.policies import DRAFT_POLICIES, EAGLE_POLICIES
 
     choices = POLICIES + OPTIONAL_POLICIES
     if text is None:
-        return list(POLICIES) + (list(DRAFT_POLICIES) if draft_model else [])
+        every = "+".join(["mtp", *(["draft"] if draft_model else []), "eagle"]) + "-measured"
+        return list(POLICIES) + (list(DRAFT_POLICIES) if draft_model else []) + \
+            ([*EAGLE_POLICIES, every] if eagle else [])
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in choices]
     if unknown or not names:
@@ -328,7 +384,8 @@ def _policy_names(text: str | None, draft_model: bool = False) -> list[str]:
 def _command(recipe: str, workload: pol.Workload, names: list[str], table: Path | None, calibration: Path | None,
              slack: float, energy: str, box_override: str | None, settings: RunSettings, lift: bool,
              out_dir: Path, draft_model: str | None = None, draft_table: Path | None = None,
-             draft_calibration: Path | None = None) -> str:
+             draft_calibration: Path | None = None, eagle: Path | None = None, eagle_table: Path | None = None,
+             eagle_calibration: Path | None = None) -> str:
     """The command line that repeats this run, every option spelled out."""
     args = ["met", "bench", "policies", "--recipe", recipe, "--prompts", str(len(workload.prompts)),
             "--max-tokens", str(workload.max_tokens), "--concurrency", ",".join(map(str, workload.concurrencies)),
@@ -343,6 +400,10 @@ def _command(recipe: str, workload: pol.Workload, names: list[str], table: Path 
         args += ["--draft-table", str(draft_table)]
     if draft_calibration is not None:
         args += ["--draft-calibration", str(draft_calibration)]
+    for option, value in (("--eagle", eagle), ("--eagle-table", eagle_table), ("--eagle-calibration",
+                                                                              eagle_calibration)):
+        if value is not None:
+            args += [option, str(value)]
     args += ["--slack", f"{slack:g}", "--energy", energy]
     if box_override:
         args += ["--box-class", box_override]

@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from met.bench.policies import CHOICE_POLICY, DRAFT_POLICIES, FIXED_DEPTHS, Run
+from met.bench.policies import FIXED_DEPTHS, Run, policy_drafters
 from met.bench.policies_identity import Mismatch
 from met.engine.runner import RECURSIVE_DRAFTERS
 from met.speculative.spec_cost import CostTable
@@ -67,9 +67,11 @@ def price(run: Run, table: CostTable | None) -> float | None:
     return joules
 
 
-def summarise(runs: Sequence[Run], table: CostTable | None, draft_table: CostTable | None = None) -> list[Row]:
+def summarise(runs: Sequence[Run], table: CostTable | None, draft_table: CostTable | None = None,
+              eagle_table: CostTable | None = None) -> list[Row]:
     """A row per (policy, concurrency), in the runs' order; the draft-* policies' joules priced from draft_table (the
-    draft model's), the others' from table."""
+    draft model's), the eagle-* ones' from eagle_table (the EAGLE-3 head's), the others' from table."""
+    tables = {"mtp": table, "draft": draft_table, "eagle": eagle_table}
     groups: dict[tuple[str, int], list[Run]] = {}
     for run in runs:
         groups.setdefault((run.policy, run.concurrency), []).append(run)
@@ -77,9 +79,9 @@ def summarise(runs: Sequence[Run], table: CostTable | None, draft_table: CostTab
     for (policy, c), group in groups.items():
         rates = [r.tokens / r.seconds for r in group]
         median = statistics.median(rates)
-        # the choice's steps are priced by two tables, which no one run's price can say apart: not priced
-        priced = [None if policy == CHOICE_POLICY else price(r, draft_table if policy in DRAFT_POLICIES else table)
-                  for r in group]
+        # a choice's steps are priced by several tables, which no one run's price can say apart: not priced
+        drafters = policy_drafters(policy) or ("mtp",)
+        priced = [None if len(drafters) > 1 else price(r, tables[drafters[0]]) for r in group]
         tokens = sum(r.tokens for r in group)
         jpt = sum(priced) / tokens if tokens and all(p is not None for p in priced) else None
         verify = sum(r.verify_seq_steps for r in group)
@@ -225,6 +227,9 @@ def markdown(meta: dict, rows: Sequence[Row], results: Sequence[Check], problems
              *([f"Draft model: `{meta['draft_model']}` (the draft-* policies); its table: "
                 f"`{meta.get('draft_table') or 'none'}`, calibration: `{meta.get('draft_calibration') or 'none'}`",
                 ""] if meta.get("draft_model") else []),
+             *([f"EAGLE-3 head: `{meta['eagle_head']}` (the eagle-* policies); its table: "
+                f"`{meta.get('eagle_table') or 'none'}`, calibration: `{meta.get('eagle_calibration') or 'none'}`",
+                ""] if meta.get("eagle_head") else []),
              f"Workload: {w['prompts']} held-out code prompts ({w['prompt_source']}), {w['max_tokens']} tokens each, "
              f"greedy; concurrency {', '.join(map(str, w['concurrencies']))}; {w['repeats']} repeats, policies "
              f"interleaved (order reversed every other repeat); verify pools: {meta['pools']}.", "",
@@ -265,9 +270,9 @@ def markdown(meta: dict, rows: Sequence[Row], results: Sequence[Check], problems
               "- acceptance per position i: of sequence-steps that verified a draft at position i, the share whose "
               "drafts 1..i were all accepted.",
               "- steps by mode: plain (no draft verified), mtp (MTP drafts), draft (the draft model's drafts), "
-              "lookup (host drafts; the measured planners' copies from the histories and other requests), dflash; "
+              "eagle (an EAGLE-3 head's), lookup (host drafts; the measured planners' copies from the histories and other requests), dflash; "
               "the accepted lengths and rates count every mode's drafts together.",
-              "- fixed-k (and draft-fixed-k, with the draft model) asks k drafts every step; the verify pools clamp "
+              "- fixed-k (and draft-fixed-k, eagle-fixed-k) asks k drafts every step; the verify pools clamp "
               "it (widths 9..=16 verify one draft unless the wide tier is lifted), as they clamp every policy in "
               "the serve.", "",
               "Checks:", ""]
