@@ -159,12 +159,12 @@ def policies(
 
     Exit statuses: 0 results written (under --out-dir, else a new met-results/policies-<UTC time>/);
     2 bad option value (or fewer held-out prompts here than --prompts, or a draft-* policy without
-    --draft-model, or an eagle-* one without --eagle); 65 (EX_DATAERR) a cost table or calibration is missing or invalid, or the DFlash
-    drafter is damaged or another model's, or the draft model has another tokenizer or vocabulary
-    than the recipe's, or the EAGLE-3 head is not one for the recipe; 66 (EX_NOINPUT) the recipe's
-    weights, its DFlash drafter (policy dflash), the draft model, the EAGLE-3 head or the held-out
-    files are missing; 69 (EX_UNAVAILABLE) the --energy source does not
-    work here; 70 (EX_SOFTWARE) greedy outputs differ between policies or concurrencies, or a
+    --draft-model, or an eagle-* one without --eagle); 65 (EX_DATAERR) a cost table or calibration
+    is missing or invalid, or the DFlash drafter is damaged or another model's, or the draft model
+    has another tokenizer or vocabulary than the recipe's, or the EAGLE-3 head is not one for the
+    recipe; 66 (EX_NOINPUT) the recipe's weights, its DFlash drafter (policy dflash), the draft
+    model, the EAGLE-3 head or the held-out files are missing; 69 (EX_UNAVAILABLE) the --energy
+    source does not work here; 70 (EX_SOFTWARE) greedy outputs differ between policies or concurrencies, or a
     request failed (results are still written; each difference is named); 73 (EX_CANTCREAT) the
     results could not be written (the folder is checked before anything runs; the report is printed
     either way); 78 (EX_CONFIG) a table or calibration was measured under another key (the draft

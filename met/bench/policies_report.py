@@ -270,7 +270,8 @@ def markdown(meta: dict, rows: Sequence[Row], results: Sequence[Check], problems
               "- acceptance per position i: of sequence-steps that verified a draft at position i, the share whose "
               "drafts 1..i were all accepted.",
               "- steps by mode: plain (no draft verified), mtp (MTP drafts), draft (the draft model's drafts), "
-              "eagle (an EAGLE-3 head's), lookup (host drafts; the measured planners' copies from the histories and other requests), dflash; "
+              "eagle (an EAGLE-3 head's), lookup (host drafts; the measured planners' copies from the histories and "
+              "other requests), dflash; "
               "the accepted lengths and rates count every mode's drafts together.",
               "- fixed-k (and draft-fixed-k, eagle-fixed-k) asks k drafts every step; the verify pools clamp "
               "it (widths 9..=16 verify one draft unless the wide tier is lifted), as they clamp every policy in "

@@ -111,7 +111,8 @@ PromptsOpt = Annotated[Path | None, typer.Option(
 OutOpt = Annotated[Path | None, typer.Option(
     "--out", parser=nonempty_path,
     help="Table file (default: tables/<box_class>/<recipe>.toml; --draft-model, --eagle: "
-    "<recipe>.draft-<draft model>.toml, <recipe>.eagle-<head folder>.toml there); the calibration goes to <out>.calibration.toml with .toml dropped.",
+    "<recipe>.draft-<draft model>.toml, <recipe>.eagle-<head folder>.toml there); the calibration goes to "
+    "<out>.calibration.toml with .toml dropped.",
     show_default=False)]
 QuickOpt = Annotated[bool, typer.Option(
     "--quick", help="A small sweep for tests and smoke runs (seconds), marked quick = true in its [meta]; needs an "

@@ -25,7 +25,8 @@ def render(path: Path, table: CostTable, cal: AcceptanceCalibration | None, slac
     console = Console()
     key = table.key
     kind, drafter = table_drafter(table)
-    drafted = f", draft model '{escape(drafter)}'" if kind == "draft" else ""
+    words = {"draft": "draft model", "eagle": "EAGLE-3 head"}
+    drafted = f", {words[kind]} '{escape(drafter)}'" if kind in words else ""
     console.print(f"[bold]{escape(str(path))}[/]: box_class '{escape(key.box_class)}', recipe "
                   f"'{escape(key.recipe)}'{drafted}, energy_source '{key.energy_source}'"
                   + (f"; {when}" if when else ""), highlight=False)
@@ -58,12 +59,13 @@ MANY_WIDTHS = 64  # past this many widths, each width's grid is written as plain
 
 def table_drafter(table: CostTable) -> tuple[str | None, str]:
     """Whose draft step the table measured, as a calibration's drafter key says it: ("mtp", the recipe's id),
-    ("draft", the draft model's id, from its [meta]) or ("dflash", the recipe's id); (None, "") for plain decode
-    alone."""
+    ("draft", the draft model's id, from its [meta]), ("eagle", the EAGLE-3 head's id, likewise) or ("dflash", the
+    recipe's id); (None, "") for plain decode alone."""
     modes = table.key.modes
-    if "draft_model" in modes:
-        named = table.meta.get("draft_model")
-        return "draft", named if isinstance(named, str) else "(unnamed)"
+    for kind, mode, field in (("draft", "draft_model", "draft_model"), ("eagle", "draft_eagle", "eagle_head")):
+        if mode in modes:
+            named = table.meta.get(field)
+            return kind, named if isinstance(named, str) else "(unnamed)"
     if "draft_dflash" in modes:
         return "dflash", table.key.recipe
     return ("mtp", table.key.recipe) if "draft_mtp" in modes else (None, "")
@@ -73,6 +75,8 @@ def _drafter_words(kind: str, name: str) -> str:
     """"met-tiny-py@62d4's MTP drafter", "the draft model met-tiny-py-draft@1a2b's drafts"."""
     if kind == "draft":
         return f"the draft model {name}'s drafts"
+    if kind == "eagle":
+        return f"the EAGLE-3 head {name}'s drafts"
     return f"{name}'s {'DFlash' if kind == 'dflash' else 'MTP'} drafter"
 
 

@@ -7,7 +7,8 @@ path and its value), 66 (EX_NOINPUT) when it does not exist
 or cannot be read (or the recipe to compare with has no weights here), and 78 (EX_CONFIG) when
 its key is not this box's and recipe's (every mismatch listed); `--no-key` checks the file alone.
 A draft model's table and calibration are compared with `--draft-model NAME|PATH`, whose recipe and
-config their draft_model digest and drafter key cover.
+config their draft_model digest and drafter key cover; an EAGLE-3 head's with `--eagle FOLDER`,
+whose config and files their draft_eagle digest and drafter key cover.
 PATH may be a folder: every *.toml under it is checked, and the status is the first failure's;
 `--this-box tables/` checks only tables/<this box's class>/, the folder a cron job on this box keeps.
 """
@@ -51,6 +52,10 @@ DraftModelOpt = Annotated[str | None, typer.Option(
     "--draft-model", parser=nonempty_model, help="The draft model a serve drafts with (as met bench spec-cost "
     "--draft-model): a draft model's table and calibration are compared with it (default: none, the MTP module).",
     show_default=False)]
+EagleOpt = Annotated[Path | None, typer.Option(
+    "--eagle", parser=nonempty_path, help="The EAGLE-3 head a serve drafts with (its folder, as met bench spec-cost "
+    "--eagle): a head's table and calibration are compared with it (a head is a folder, so there is no default: "
+    "without it a head's files are a mismatch that asks for it).", show_default=False)]
 DeviceOpt = Annotated[str | None, typer.Option(
     "--device", help="Device the serve would run on (default: cuda if available, else cpu).", show_default=False)]
 DtypeOpt = Annotated[str | None, typer.Option(
@@ -111,7 +116,7 @@ def _refuse(exc: Refusal) -> typer.Exit:
 @tables_app.command("check")
 def check(path: FileArg, no_key: NoKeyOpt = False, recipe: RecipeOpt = DEFAULT_RECIPE, box_class: BoxClassOpt = None,
           device: DeviceOpt = None, dtype: DtypeOpt = None, this_box: ThisBoxOpt = False,
-          draft_model: DraftModelOpt = None) -> None:
+          draft_model: DraftModelOpt = None, eagle: EagleOpt = None) -> None:
     """Validate a cost table or calibration and compare its key with this box and recipe.
 
     Exit 0 valid and measured under this key, 65 invalid (naming the field), 66 unreadable,
@@ -122,19 +127,23 @@ def check(path: FileArg, no_key: NoKeyOpt = False, recipe: RecipeOpt = DEFAULT_R
     `met tables check --this-box tables/` suits a weekly cron job on every box class.
     --draft-model: the key is the one a serve drafting with that draft model has (mode draft_model,
     drafter kind draft); without it, a draft model's table or calibration is a mismatch (78) that says
-    which draft model to name.
+    which draft model to name. --eagle FOLDER: the same for an EAGLE-3 head (mode draft_eagle, drafter
+    kind eagle).
     """
+    if draft_model is not None and eagle is not None:
+        raise typer.BadParameter("a table prices one drafter: compare with --draft-model or --eagle, not both",
+                                 param_hint="--eagle")
     if this_box:
         try:
             path = this_box_folder(path, box_class, device)
         except Refusal as exc:
             raise _refuse(exc) from None
     if not path.is_dir():
-        raise typer.Exit(_check_one(path, no_key, recipe, box_class, device, dtype, draft_model))
+        raise typer.Exit(_check_one(path, no_key, recipe, box_class, device, dtype, draft_model, eagle))
     files = sorted(f for f in path.rglob("*.toml") if not f.name.startswith(".") and not f.is_dir())
     if not files:
         raise _refuse(Refusal(EX_NOINPUT, f"{path}: a folder with no *.toml files to check"))
-    codes = [_check_one(f, no_key, recipe, box_class, device, dtype, draft_model) for f in files]
+    codes = [_check_one(f, no_key, recipe, box_class, device, dtype, draft_model, eagle) for f in files]
     failed = [c for c in codes if c != EX_OK]
     typer.echo(f"{path}: {len(files) - len(failed)} of {len(files)} files pass")
     raise typer.Exit(failed[0] if failed else EX_OK)
@@ -162,14 +171,14 @@ def this_box_folder(root: Path, box_class: str | None, device: str | None) -> Pa
 
 
 def _check_one(path: Path, no_key: bool, recipe: str, box_class: str | None, device: str | None,
-               dtype: str | None, draft_model: str | None = None) -> int:
+               dtype: str | None, draft_model: str | None = None, eagle: Path | None = None) -> int:
     """Check one file, print its line (stdout) or its refusal (stderr); its exit status."""
     from met.speculative.spec_cost import CostTable
 
     try:
         parsed = load(path)
         if not no_key:
-            mismatches = key_mismatches(parsed, recipe, box_class, device, dtype, draft_model)
+            mismatches = key_mismatches(parsed, recipe, box_class, device, dtype, draft_model, eagle)
             if mismatches:
                 lines = "\n".join(f"{path}: {m}" for m in mismatches)
                 raise Refusal(EX_CONFIG, f"{lines}\n{path}: measured under another key ({len(mismatches)} "
@@ -204,11 +213,14 @@ def _copies_summary(table: CostTable) -> str:
 
 
 def key_mismatches(parsed: CostTable | AcceptanceCalibration, recipe: str, box_class: str | None,
-                   device: str | None, dtype: str | None, draft_model: str | None = None) -> list[str]:
+                   device: str | None, dtype: str | None, draft_model: str | None = None,
+                   eagle: Path | None = None) -> list[str]:
     """How the file's key differs from what this box would measure or serve for `recipe` (one line each), drafting
-    with `draft_model` where one is named, else with the embedded draft model the file names, if it is here."""
+    with `draft_model` or the EAGLE-3 head in `eagle` where one is named, else with the embedded draft model the
+    file names, if it is here."""
     # Not at the top: the key needs torch and the recipe, and `--no-key` (and `show`) need neither.
     from met.engine import identity
+    from met.model.dflash import DrafterError
     from met.model.recipes import RecipeError
     from met.model.sources import draft_model_for, resolve
     from met.speculative.spec_cost import AcceptanceCalibration, DrafterMismatch
@@ -219,29 +231,36 @@ def key_mismatches(parsed: CostTable | AcceptanceCalibration, recipe: str, box_c
     except RecipeError as exc:  # its status: 66 missing, 65 a damaged card or another tokenizer (CheckpointError)
         raise Refusal(exc.status, f"cannot compare the key: {exc}; or pass --no-key to check the file alone") \
             from None
-    if draft is None and (named := _draft_named(parsed)) is not None:  # an embedded draft model compares as itself
+    if draft is None and eagle is None and (named := _draft_named(parsed)) is not None:  # an embedded one: itself
         try:
             draft = draft_model_for(found, named)
         except RecipeError:  # a folder's model name, or one not here: the lines below ask for --draft-model
             pass
+    try:
+        own = (identity.own_drafter(draft) if draft is not None else
+               identity.own_drafter(identity.eagle_head(eagle, found.config)) if eagle is not None else None)
+    except DrafterError as exc:  # its status: 66 missing, 65 no head for this recipe
+        raise Refusal(exc.status, f"cannot compare the key: --eagle {eagle}: {exc}") from None
     if isinstance(parsed, AcceptanceCalibration):
-        mine = identity.mtp_drafter_key(found) if draft is None else identity.draft_model_drafter_key(draft)
+        mine = identity.mtp_drafter_key(found) if own is None else own.key
         if parsed.drafter == mine:
             return []
-        hint = [f"the calibration was fitted on draft model '{parsed.drafter.name}': pass --draft-model to compare it "
-                "with the draft model a serve drafts with"] if parsed.drafter.kind == "draft" and draft is None else []
+        hint = [f"the calibration was fitted on {_OWN[parsed.drafter.kind][0]} '{parsed.drafter.name}': pass "
+                f"{_OWN[parsed.drafter.kind][1]} to compare it with the one a serve drafts with"] \
+            if parsed.drafter.kind in _OWN and own is None else []
         return [DrafterMismatch("drafter", parsed.drafter, mine).message(), *hint]
     try:
         measured_in = parsed.meta.get("dtype")  # a float32 table on a GPU is for a serve run with --dtype float32
         settings = identity.resolve_run(device, dtype or (measured_in if isinstance(measured_in, str) else None),
                                         set_threads=False)
         modes = [m for m in parsed.key.modes if m in identity.KNOWN_MODES]
-        unnamed = draft is None and "draft_model" in modes  # its digest covers a draft model not named here
-        if draft is not None:  # the serve drafts with it: its draft step must have been measured
-            modes = sorted({*modes, "draft_model"})
-            drafter = identity.draft_model_config(draft)
+        own_modes = {"draft_model", "draft_eagle"}  # steps of drafters the key's digest covers but no name gives here
+        unnamed = [m for m in modes if m in own_modes] if own is None else []
+        if own is not None:  # the serve drafts with it: its draft step must have been measured
+            modes = sorted({*(m for m in modes if m not in own_modes), own.mode})
+            drafter = own.config
         else:
-            modes = [m for m in modes if m != "draft_model"]
+            modes = [m for m in modes if m not in own_modes]
             drafter = _dflash_config(found, settings) if "draft_dflash" in modes else None
         mine_key = identity.serve_table_key(found.id, found.config, settings, parsed.key.energy_source,
                                             modes or ["decode"], box_class, drafter)
@@ -249,14 +268,19 @@ def key_mismatches(parsed: CostTable | AcceptanceCalibration, recipe: str, box_c
         raise typer.BadParameter(f"cannot build this box's key: {exc}; or pass --no-key to check the file alone") \
             from None
     lines = [m.message() for m in parsed.key.check(mine_key)]
-    if unnamed:
-        drafted = parsed.meta.get("draft_model")
-        named = f"draft model '{drafted}'" if isinstance(drafted, str) else "a draft model"
-        lines.append(f"mode 'draft_model' timed the draft step of {named}, and no --draft-model was named to "
-                     "compare it with: pass the draft model a serve drafts with")
+    for mode in unnamed:
+        kind = "draft" if mode == "draft_model" else "eagle"
+        what, option = _OWN[kind]
+        drafted = parsed.meta.get("draft_model" if kind == "draft" else "eagle_head")
+        named = f"{what} '{drafted}'" if isinstance(drafted, str) else f"an {what}" if kind == "eagle" else f"a {what}"
+        lines.append(f"mode '{mode}' timed the draft step of {named}, and no {option} was named to compare it with: "
+                     f"pass the {what} a serve drafts with")
     lines += [f"mode '{m}' is not one this met runs ({', '.join(identity.KNOWN_MODES)}); re-measure with this met"
               for m in parsed.key.modes if m not in identity.KNOWN_MODES]
     return lines
+
+
+_OWN = {"draft": ("draft model", "--draft-model"), "eagle": ("EAGLE-3 head", "--eagle")}  # kind: words, option
 
 
 def _draft_named(parsed: CostTable | AcceptanceCalibration) -> str | None:

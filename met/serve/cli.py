@@ -42,7 +42,8 @@ def serve(
              "choosing every step among those drafters, each from its own default table.", show_default=False)] = None,
     spec_cost_model: Annotated[str, typer.Option(
         help="static: the MTP gate, ladder and adaptive rung; measured: plan depth from the cost table "
-             "(--spec mtp, draft, eagle or a `+`-joined choice of them), and copy from each request's history instead where the calibration's "
+             "(--spec mtp, draft, eagle or a `+`-joined choice of them), and copy from each request's history "
+             "instead where the calibration's "
              "prompt-lookup bins say a copy pays more.")] = "static",
     spec_cost_table: Annotated[Path | None, typer.Option(
         parser=nonempty_path, help="Cost table (default: tables/<box_class>/<recipe>.toml; with --spec draft, "
@@ -78,11 +79,13 @@ def serve(
         help="DFlash drafter for --spec dflash (default: <recipe>.dflash.safetensors beside its weights); for "
         "--spec eagle (and a choice naming eagle), the EAGLE-3 head's folder.", show_default=False)] = None,
     draft_model: Annotated[str | None, typer.Option(
-        parser=nonempty_model, help="Draft model for --spec draft (and a choice naming draft): an embedded recipe name (e.g. "
+        parser=nonempty_model, help="Draft model for --spec draft (and a choice naming draft): an embedded recipe "
+        "name (e.g. "
         "met-tiny-py-draft) "
         "or a checkpoint folder with the model's tokenizer and vocabulary.", show_default=False)] = None,
     draft_depth: Annotated[int | None, typer.Option(
-        min=1, max=16, help="--spec draft, eagle and the choices naming them: the drafter's most drafts per step (default: 4, what the verify "
+        min=1, max=16, help="--spec draft, eagle and the choices naming them: the drafter's most drafts per step "
+        "(default: 4, what the verify "
         "pools hold at widths 1..=8), the ladder's at widths 1..=8 and the planner's deepest; the pools clamp it as "
         "MTP's.", show_default=False)] = None,
     device: Annotated[str | None, typer.Option(
@@ -155,8 +158,8 @@ def serve(
                                  param_hint="--spec-cost-model")
     if spec_cost_model == "measured" and spec not in (*PLANNED_SPECS, None):
         raise typer.BadParameter(f"the measured planner plans MTP, draft-model or EAGLE-3 depth; --spec {spec} has no "
-                                 "calibrated drafter (use --spec mtp, draft, eagle, a choice of them such as mtp+draft or "
-                                 "--spec-cost-model static)", param_hint="--spec-cost-model")
+                                 "calibrated drafter (use --spec mtp, draft, eagle, a choice of them such as "
+                                 "mtp+draft or --spec-cost-model static)", param_hint="--spec-cost-model")
     drafters = choice_drafters(spec) if spec in CHOICES else (spec,) if spec in CHOOSABLE else ()
     if spec in CHOICES and spec_cost_model != "measured":
         raise typer.BadParameter(f"--spec {spec} chooses by the drafters' measured tables; pass --spec-cost-model "
@@ -233,7 +236,8 @@ def serve(
             for name in drafters:  # each drafter's own table and calibration, at its default path in a choice
                 path = default_table(box, recipe.name, small.name if name == "draft" else None,
                                      head_id.name if name == "eagle" else None)
-                path = spec_cost_table or path if len(drafters) == 1 else path
+                if len(drafters) == 1 and spec_cost_table is not None:  # a choice refused these options above
+                    path = spec_cost_table
                 cal = calibration if len(drafters) == 1 and calibration is not None else default_calibration(path)
                 states[name] = boot_measured(recipe, settings, MeasuredBoot(path, cal, spec_cost_slack, energy,
                                                                             box_class), draft=own.get(name))

@@ -94,3 +94,27 @@ def test_a_missing_head_is_66(micro_embedded, tmp_path):
     result = CliRunner().invoke(app, ["bench", "spec-cost", "--recipe", recipe.name, "--eagle",
                                       str(tmp_path / "none"), *FAST, "--out", str(tmp_path / "t.toml")])
     assert result.exit_code == EX_NOINPUT and "no such folder" in result.output
+
+
+def test_tables_check_and_show_handle_a_heads_files(heads, tmp_path):
+    # check --eagle with the head: 0 for both files; another head: 78; none named: 78 asking for --eagle; show names
+    # the head in its header
+    recipe, a, b = heads
+    out = tmp_path / "t.toml"
+    result = CliRunner().invoke(app, ["bench", "spec-cost", "--recipe", recipe.name, "--eagle", str(a), "--quick",
+                                      "--quiet", "--energy", "none", "--box-class", BOX, "--out", str(out)])
+    assert result.exit_code == EX_OK, result.output
+    check = ["tables", "check", "--recipe", recipe.name, "--box-class", BOX]
+    for path in (out, calibration_path(out)):
+        same = CliRunner().invoke(app, [*check, "--eagle", str(a), str(path)])
+        assert same.exit_code == EX_OK, same.output
+        other = CliRunner().invoke(app, [*check, "--eagle", str(b), str(path)])
+        assert other.exit_code == EX_CONFIG, other.output
+        unnamed = CliRunner().invoke(app, [*check, str(path)])
+        assert unnamed.exit_code == EX_CONFIG and "--eagle" in unnamed.stderr, unnamed.output
+    other = CliRunner().invoke(app, [*check, "--eagle", str(b), str(out)])
+    assert "plan_digests.draft_eagle" in other.stderr or "'draft_eagle'" in other.stderr
+    shown = CliRunner().invoke(app, ["tables", "show", str(out), "--calibration", str(calibration_path(out))],
+                               env={"COLUMNS": "200"})
+    assert shown.exit_code == EX_OK and "EAGLE-3 head 'head-a@" in shown.stdout, shown.output
+    assert "warning" not in shown.stderr
