@@ -66,10 +66,6 @@ def default_table(box: str, recipe_name: str, draft_name: str | None = None, eag
     return TABLES_DIR / box / f"{recipe_name}{suffix}.toml"
 
 
-def drafter_table(box: str, recipe_name: str, drafter: OwnDrafter | None) -> Path:
-    """The default table of the drafter (None: the recipe's MTP module's)."""
-    return TABLES_DIR / box / f"{recipe_name}{drafter.suffix if drafter is not None else ''}.toml"
-
 
 def default_calibration(table: Path) -> Path:
     """The calibration beside a table (a symlinked table's target), where the bench writes it: `x.toml` ->

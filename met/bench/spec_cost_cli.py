@@ -402,7 +402,8 @@ def _refuse_other_key(req: Request, old: Existing, name: str) -> None:
                       "or --replace to overwrite it")
 
 
-_OWN_FIELDS = (("draft", "draft_model"), ("eagle", "eagle_head"))  # kind, its [meta] field and its mode draft_<...>
+# a drafter that is not the model's: its kind, the mode of its draft step, the [meta] field naming it
+_OWN_FIELDS = (("draft", "draft_model", "draft_model"), ("eagle", "draft_eagle", "eagle_head"))
 _OWN_WORDS = {"draft": "draft model", "eagle": "EAGLE-3 head"}
 
 
@@ -410,11 +411,11 @@ def _own_of(table: CostTable) -> str | None:
     """draft-<name> or eagle-<name>: the draft model or EAGLE-3 head the table was measured for (its [meta]
     draft_model or eagle_head, written also at --max-depth 0); None for a table of another drafter's steps, or of
     plain decode alone."""
-    for kind, field in _OWN_FIELDS:
+    for kind, mode, field in _OWN_FIELDS:
         drafted = table.meta.get(field)
         if isinstance(drafted, str):
             return f"{kind}-{drafted.split('@', 1)[0]}"
-        if f"draft_{'model' if kind == 'draft' else kind}" in table.key.modes:
+        if mode in table.key.modes:
             return f"{kind}-(unnamed)"
     return None
 

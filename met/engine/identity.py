@@ -16,7 +16,13 @@ from typing import Protocol
 
 import torch
 
+from met.exit_codes import EX_DATAERR, EX_NOINPUT
 from met.model.config import ModelConfig
+from met.model.dflash import DrafterError
+from met.model.digest_cache import cached_digest
+from met.model.eagle3 import read_eagle3_config
+from met.model.errors import RecipeError
+from met.model.hf_checkpoint import files_digest, weight_files
 from met.model.transformer import cached_path_version
 from met.speculative.spec_cost import DrafterKey, TableKey
 
@@ -295,13 +301,6 @@ class EagleHead:
 def eagle_head(folder: Path, target: ModelConfig) -> EagleHead:
     """The identity of the EAGLE-3 head in folder for this target; DrafterError (65, 66) if it is none or not this
     target's (met.model.eagle3.read_eagle3_config)."""
-    from met.model.dflash import DrafterError
-    from met.model.digest_cache import cached_digest
-    from met.model.eagle3 import read_eagle3_config
-    from met.model.errors import RecipeError
-    from met.model.hf_checkpoint import files_digest, weight_files
-    from met.exit_codes import EX_DATAERR, EX_NOINPUT
-
     if not folder.is_dir():
         raise DrafterError(EX_NOINPUT, f"no EAGLE-3 head folder at {folder}; pass the folder of one (config.json and "
                            "model.safetensors)")
@@ -314,9 +313,7 @@ def eagle_head(folder: Path, target: ModelConfig) -> EagleHead:
         raise DrafterError(EX_DATAERR, f"{folder}: {exc}") from None
     if not weights:
         raise DrafterError(EX_NOINPUT, f"{folder} holds no *.safetensors weights")
-    doc = asdict(cfg)
-    doc["layers"] = list(cfg.layers)
-    return EagleHead(folder, folder.resolve().name, digest, doc)
+    return EagleHead(folder, folder.resolve().name, digest, asdict(cfg))
 
 
 def eagle_config(head: EagleHead) -> dict:
@@ -361,7 +358,7 @@ class OwnDrafter:
         return "draft_model" if self.kind == "draft" else "eagle_head"
 
 
-def own_drafter(drafter: "Recipeish | EagleHead | OwnDrafter") -> OwnDrafter:
+def own_drafter(drafter: Recipeish | EagleHead | OwnDrafter) -> OwnDrafter:
     """The OwnDrafter of a draft model's recipe or an EAGLE-3 head (itself if it is one)."""
     if isinstance(drafter, OwnDrafter):
         return drafter

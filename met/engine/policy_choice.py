@@ -1,16 +1,16 @@
 """The measured planner across drafters: each step, the drafter whose own plan expects the most.
 
-A serve may hold several recursive drafters (the MTP module, a draft model), each with its own cost
-table and calibration, each planned by its own measured planner (policy_mtp.MtpPlannedPolicy: depth,
-copies, mixed steps, probes). Every step asks each planner for its plan over the same sequences and
+A serve may hold several recursive drafters (the MTP module, a draft model, an EAGLE-3 head), each
+with its own cost table and calibration, each planned by its own measured planner
+(policy_mtp.MtpPlannedPolicy: depth, copies, mixed steps, probes). Every step asks each planner for its plan over the same sequences and
 runs the best: the most tokens/s, or, where the tables carry joules, the most tokens/J among the plans
 within the slack of the fastest (the rule each planner applies to its own depths). The verify cells
 of the tables are measured apart, so two tables' plain steps differ by their noise; a plan is
-preferred only if it beats the first drafter's by more than TIE (plain decode and copies, planned the
+preferred only if it beats the best before it by more than TIE (plain decode and copies, planned the
 same by every drafter, stay with the first). A step drafts with one drafter for all its sequences:
 no table prices a step whose sequences draft with different drafters.
 
-Each planner reads only its own drafter's confidences (SeqState.drafted_by): after the other drafter's
+Each planner reads only its own drafter's confidences (SeqState.drafted_by): after another drafter's
 step it plans from its priors, as after a plain step, and prices catching up on the rows it missed.
 """
 

@@ -16,6 +16,7 @@ from met.engine.textstream import TextStream
 from met.speculative.spec_capacity import DEFAULT_POOLS
 from met.speculative.spec_cost import (AcceptanceCalibration, CarryBin, Cell, ConfidenceBin, CostTable, DrafterKey,
                                        PositionPrior, SpecCostState, TableKey)
+from eagle3_helpers import random_head
 from random_models import micro_model
 
 
@@ -35,7 +36,7 @@ def fake_runner(asked: list):
 def _state(kind: str, draft_per_k: float, accept: float = 0.9, after_sure: float | None = None) -> SpecCostState:
     """A planner state whose draft passes cost draft_per_k each and whose drafts are accepted at `accept` (after a
     sure first draft the step before: at after_sure, default `accept`)."""
-    mode = "draft_mtp" if kind == "mtp" else "draft_model"
+    mode = {"mtp": "draft_mtp", "draft": "draft_model", "eagle": "draft_eagle"}[kind]
     key = TableKey("box", "r@d", "none", {"decode": "a", "verify": "b", mode: kind})
     cells = [Cell(n, k, 0.010 + 0.002 * k, draft_per_k * k) for n in (1, 8) for k in range(5)]
     drafter = DrafterKey(kind, kind, "d")
@@ -125,3 +126,26 @@ def test_text_is_plain_decodings_whichever_drafter_each_step_takes():
     choice.plan = alternating
     assert _drive(runner, choice, prompts) == plain
     assert modes["mtp"] > 0 and modes["draft"] > 0
+
+
+def test_three_drafters_take_turns_and_text_stays_plain_decodings():
+    # MTP, the draft model and an EAGLE-3 head in one runner (as --spec mtp+draft+eagle holds them), each step's
+    # drafter in turn, each catching up on the rows of the others' steps
+    model = micro_model(0)
+    prompts = [(5, 6, 7, 8), (40, 41, 42, 43, 44, 45)]
+    plain = _drive(ModelRunner(model, 2), PlainPolicy(), prompts)
+    runner = ModelRunner(model, 2, draft_model=micro_model(1), eagle=random_head(model.cfg, layers=(0, 1, 1)))
+    choice = DrafterChoicePolicy([MtpPlannedPolicy(_state(kind, 0.002, 0.9), 4, DEFAULT_POOLS, kind)
+                                  for kind in ("mtp", "draft", "eagle")])
+    assert choice.name == "mtp+draft+eagle/measured"
+    turns, modes = iter(range(10_000)), Counter()
+
+    def in_turn(runner_, seqs):  # equal tables: left to plan, the choice would always be the first drafter
+        choice._chosen = choice.planners[next(turns) % 3]
+        plan = choice._chosen.plan(runner_, seqs)
+        modes[plan.mode] += 1
+        return plan
+
+    choice.plan = in_turn
+    assert _drive(runner, choice, prompts) == plain
+    assert modes["mtp"] > 0 and modes["draft"] > 0 and modes["eagle"] > 0
