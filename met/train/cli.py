@@ -213,7 +213,6 @@ def _train_dflash(target: str, out_dir: Path, steps: int | None, batch: int | No
                   lr: float | None, eval_every: int | None, seed: int, console: Console) -> None:
     from met.model.dflash import DflashConfig
     from met.model.recipes import RecipeError, embedded
-    from met.train.checkpoint import ChangedParams, PastSteps, UnusableCheckpoint
     from met.train.dflash_cli import train_dflash_cmd
 
     try:
@@ -232,20 +231,12 @@ def _train_dflash(target: str, out_dir: Path, steps: int | None, batch: int | No
                    f"and 2 rows ({shortest} tokens) within the target's context of {longest}; pass --seq-len "
                    f"{shortest}..{longest}", 2)
     open_log(out_dir).close()
-    try:
-        train_dflash_cmd(target, out_dir, params, {}, console)
-    except RecipeError as e:
-        raise fail(str(e), e.status) from None
-    except (UnusableCheckpoint, PastSteps, ChangedParams) as e:
-        raise _checkpoint_refused(e) from None
-    except ValueError as e:
-        raise fail(str(e), 2) from None
+    _refusing(lambda: train_dflash_cmd(target, out_dir, params, {}, console))
 
 
 def _train_draft(target: str, out_dir: Path, steps: int | None, batch: int | None, seq_len: int | None,
                  lr: float | None, eval_every: int | None, seed: int, console: Console) -> None:
     from met.model.recipes import RecipeError, embedded
-    from met.train.checkpoint import ChangedParams, PastSteps, UnusableCheckpoint
     from met.train.draft_model_cli import train_draft_cmd
 
     try:
@@ -263,8 +254,17 @@ def _train_draft(target: str, out_dir: Path, steps: int | None, batch: int | Non
     if recipe.config.n_layers <= params.layers:
         raise fail(f"--target {target} has {recipe.config.n_layers} layers: a draft of {params.layers} would be no "
                    "smaller; distil one from a deeper recipe", 2)
+    _refusing(lambda: train_draft_cmd(target, out_dir, params, console))
+
+
+def _refusing(train) -> None:
+    """Run a drafter's training, its refusals turned into exit statuses: a recipe's own (66, 65), a checkpoint's
+    that cannot be resumed, 2 for a value the trainer rejects."""
+    from met.model.recipes import RecipeError
+    from met.train.checkpoint import ChangedParams, PastSteps, UnusableCheckpoint
+
     try:
-        train_draft_cmd(target, out_dir, params, console)
+        train()
     except RecipeError as e:
         raise fail(str(e), e.status) from None
     except (UnusableCheckpoint, PastSteps, ChangedParams) as e:
