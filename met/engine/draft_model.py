@@ -63,8 +63,10 @@ class DraftModel:
         if not fed:  # nothing fed past the pending token: every emitted token is new to this cache
             self.behind[slot].extend(emitted)
             return
-        keep = 0
-        while keep < len(fed) and fed[keep] == emitted[keep]:
+        # the cache keeps each fed draft the verify committed, the pending token (emitted's last) excepted: its
+        # pass gives the next step's first draft (a verify of other tokens than those fed may emit a fed one there)
+        keep, most = 0, min(len(fed), len(emitted) - 1)
+        while keep < most and fed[keep] == emitted[keep]:
             keep += 1
         self.cache.rollback(slot, self.cache.lengths[slot] - len(fed) + keep)
         self.behind[slot], self.fed[slot] = emitted[keep:], []

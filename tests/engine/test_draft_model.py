@@ -108,3 +108,18 @@ def test_drafting_twice_without_a_verify_is_refused():
         runner.draft_small([0], [2])
     runner.verify([0], [Draft([], [])])  # a plain step instead: the drafts fed leave the cache
     assert runner.draft_small([0], [1])[0].tokens
+
+
+def test_a_verify_of_other_tokens_that_emits_a_fed_draft_as_its_own_keeps_it_waiting():
+    # fed d1, verified X != d1 instead (a step's drafts replaced, as by a copy): the target rejects X and emits
+    # its own token, d1; the cache must not count d1 as taken, or the next draft has no row to draft from
+    model = micro_model(0)
+    runner = ModelRunner(model, 1, track_mtp=False, draft_model=micro_model(0))  # drafts are the target's tokens
+    prompt = [5, 6, 7, 8]
+    history = prompt + runner.prefill([0], [prompt], [Sampling()])
+    d1, d2 = runner.draft_small([0], [2])[0].tokens
+    other = (d1 + 1) % model.cfg.vocab_size
+    result = runner.verify([0], [Draft([other], [0.0])])[0]
+    assert (result.accepted, result.tokens) == (0, [d1])
+    history += result.tokens
+    assert runner.draft_small([0], [3])[0].tokens == own_greedy(micro_model(0), history, 3)

@@ -1,10 +1,11 @@
 """Differential fuzz of the model runner: random schedules against the plain, uncached forward pass.
 
-A hypothesis state machine runs prefill (ragged, into any free slots), MTP and DFlash drafts (with
-replans that stop, drop or cap), verify with drafts that are partly right, partly wrong (greedy and
+A hypothesis state machine runs prefill (ragged, into any free slots), MTP, DFlash and draft-model
+drafts (with replans that stop, drop or cap), verify with drafts that are partly right, partly wrong (greedy and
 sampled rows), moves, compaction and releases on several slots at once, in contexts short enough that
 sequences reach their end. After every operation each live sequence's cache, catch-up state and
-hidden state must be what the uncached model computes on its history (prompt + emitted); every verify
+hidden state must be what the uncached model computes on its history (prompt + emitted), and the
+draft model's cache what it computes on the history's first tokens, the rest waiting; every verify
 and draft must score exactly what the uncached model scores on the same tokens.
 MET_FUZZ_EXAMPLES=500 runs a long fuzz.
 """
@@ -43,6 +44,7 @@ MODELS = [micro_model(0), _qwen_like()]
 torch.manual_seed(1)
 DRAFTER = DflashDrafter(DflashConfig.for_target(MODELS[0].cfg, block=4, ffn_dim=32)).double().eval()
 V = MODELS[0].cfg.vocab_size
+SMALL = micro_model(3)  # a draft model of the same vocabulary for either model
 MODEL = MODELS[0]  # the model of the machine now running (they run one at a time)
 captured: list[torch.Tensor] = []  # every output of the runner's logits_cached, in order
 
@@ -66,12 +68,13 @@ def ref_logits(tokens: list[int]) -> torch.Tensor:
 
 
 @torch.no_grad()
-def ref_main_kv(history: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Uncached keys and values of each main layer, [Hkv, T, D] each (the cache's layout)."""
-    x = MODEL.model.embed_tokens(torch.tensor([history]))
-    cos, sin = MODEL._rope(MODEL._positions(torch.tensor([history]), None))
+def ref_main_kv(history: list[int], model: Transformer | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Uncached keys and values of each main layer of model (default MODEL), [Hkv, T, D] each (the cache's layout)."""
+    model = model or MODEL
+    x = model.model.embed_tokens(torch.tensor([history]))
+    cos, sin = model._rope(model._positions(torch.tensor([history]), None))
     out = []
-    for layer in MODEL.model.layers:
+    for layer in model.model.layers:
         x, (k, v) = layer(x, cos, sin)
         out.append((k[0].transpose(0, 1), v[0].transpose(0, 1)))
     return out
@@ -93,14 +96,14 @@ class RunnerMachine(RuleBasedStateMachine):
 
     @initialize(model=st.sampled_from([0, 0, 1]), max_batch=st.integers(1, 5),
                 max_len=st.sampled_from([6, 12, 24, 40, 60, 60, 128]), dflash=st.booleans(),
-                track_mtp=st.sampled_from([True, True, True, False]))
-    def start(self, model, max_batch, max_len, dflash, track_mtp):
+                track_mtp=st.sampled_from([True, True, True, False]), draft=st.booleans())
+    def start(self, model, max_batch, max_len, dflash, track_mtp, draft):
         global MODEL
         MODEL = MODELS[model]
         event(f"model {model}")
         MODEL.logits_cached = _spy
         self.runner = ModelRunner(MODEL, max_batch, max_len=max_len, track_mtp=track_mtp,
-                                  dflash=DRAFTER if dflash else None)
+                                  dflash=DRAFTER if dflash else None, draft_model=SMALL if draft else None)
         self.max_len = max_len
         self.history: dict[int, list[int]] = {}
 
@@ -162,8 +165,9 @@ class RunnerMachine(RuleBasedStateMachine):
         live = self.steppable()
         slots = data.draw(st.permutations(live).flatmap(lambda p: st.integers(1, len(p)).map(lambda n: p[:n])),
                           "slots")
-        drafter = data.draw(st.sampled_from(["mtp", "dflash", "host"]), "drafter")
-        if drafter == "mtp" and not self.runner.track_mtp or drafter == "dflash" and self.runner.dflash is None:
+        drafter = data.draw(st.sampled_from(["mtp", "dflash", "draft", "host"]), "drafter")
+        if drafter == "mtp" and not self.runner.track_mtp or drafter == "dflash" and self.runner.dflash is None \
+                or drafter == "draft" and self.runner.draft_model is None:
             drafter = "host"
         cap = 4 if drafter == "dflash" else 5
         depths = [data.draw(st.integers(0, min(cap, self.runner.room(s))), "depth") for s in slots]
@@ -177,6 +181,8 @@ class RunnerMachine(RuleBasedStateMachine):
             drafts = self.draft_mtp(slots, depths, data)
         elif drafter == "dflash":
             drafts = self.draft_dflash(slots, depths)
+        elif drafter == "draft":
+            drafts = self.draft_small(slots, depths)
         else:
             drafts = [Draft([], []) for _ in slots]
         for i, (slot, k) in enumerate(zip(slots, depths)):
@@ -252,6 +258,21 @@ class RunnerMachine(RuleBasedStateMachine):
                 assert d.tokens == top.indices.tolist()
         return drafts
 
+    def draft_small(self, slots, depths) -> list[Draft]:
+        """The draft model's drafts: its confidences (and greedy tokens) are its own uncached ones on the history."""
+        drafts = self.runner.draft_small(slots, depths)
+        for slot, k, d in zip(slots, depths, drafts):
+            assert len(d.tokens) == len(d.confidences) == k
+            seq = list(self.history[slot])
+            for j, tok in enumerate(d.tokens):
+                with torch.no_grad():
+                    logp = torch.log_softmax(SMALL(torch.tensor([seq]))[0, -1], -1)
+                assert abs(float(logp.max()) - d.confidences[j]) < 1e-7, f"slot {slot}: draft {j + 1}'s confidence"
+                if self.sampling(slot).greedy:
+                    assert tok == int(logp.argmax()), f"slot {slot}: draft {j + 1}"
+                seq.append(tok)
+        return drafts
+
     def verify(self, slots, drafts) -> None:
         captured.clear()
         results = self.runner.verify(slots, drafts)
@@ -308,6 +329,13 @@ class RunnerMachine(RuleBasedStateMachine):
                 assert close(r.cache.v[layer, slot, :, :L], v), f"slot {slot}: layer {layer}'s values"
             if r.dflash is not None:
                 assert close(seq.last_h, h[-1]), f"slot {slot}: the hidden state a DFlash draft reads"
+            if r.draft_model is not None:  # its cache: the history's first n tokens; the rest wait, pending last
+                small = r.draft_model
+                n = small.cache.lengths[slot]
+                assert small.behind[slot] == hist[n:] and small.fed[slot] == [], f"slot {slot}: the draft model's"
+                for layer, (k, v) in enumerate(ref_main_kv(hist[:n], SMALL) if n else ()):
+                    assert close(small.cache.k[layer, slot, :, :n], k), f"slot {slot}: draft layer {layer}'s keys"
+                    assert close(small.cache.v[layer, slot, :, :n], v), f"slot {slot}: draft layer {layer}'s values"
             if not r.track_mtp:
                 continue
             m = r.cache.mtp_lengths[slot]
