@@ -23,7 +23,7 @@ from met.exit_codes import EX_DATAERR, EX_NOINPUT
 from met.model.cli import fail
 from met.model.config import ModelConfig
 from met.path_option import nonempty_path
-from met.train.out_dir import open_log, writing
+from met.train.out_dir import open_log, progress_bar, writing
 from met.train.params import DflashTrainParams, DraftTrainParams, TrainParams
 
 if TYPE_CHECKING:  # torch, rich and the trainers are imported when the command runs
@@ -102,7 +102,6 @@ def train_cmd(
     """
     import torch
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from met.model.corpus import load_split
     from met.model.transformer import Transformer
@@ -160,9 +159,7 @@ def train_cmd(
     train_split, heldout = load_split(False), load_split(True)
     torch.manual_seed(seed)
     model = start if start is not None else Transformer(cfg)  # a checkpoint in OUT_DIR, if any, replaces its weights
-    with Progress(TextColumn("[bold]train"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                  console=console, disable=not console.is_terminal) as progress:
+    with progress_bar("train", console) as progress:
         task = progress.add_task("train", total=params.steps, info="")
 
         def on_step(step: int, stats: dict) -> None:

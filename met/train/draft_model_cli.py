@@ -12,14 +12,13 @@ from pathlib import Path
 
 import torch
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from met.model.corpus import load_split
 from met.model.recipes import embedded
 from met.model.weights import save_weights, write_card
 from met.train.card import corpus_card
 from met.train.draft_model import train_draft, truncated
-from met.train.out_dir import open_log, writing
+from met.train.out_dir import open_log, progress_bar, writing
 from met.train.params import DraftTrainParams
 
 
@@ -36,9 +35,7 @@ def train_draft_cmd(target_name: str, out_dir: Path, params: DraftTrainParams, c
     name = f"{recipe.name}-draft"
     log = open_log(out_dir)
     train_split, heldout = load_split(False), load_split(True)
-    with Progress(TextColumn("[bold]distil"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                  console=console, disable=not console.is_terminal) as progress:
+    with progress_bar("distil", console) as progress:
         task = progress.add_task("distil", total=params.steps, info="")
 
         def on_step(step: int, stats: dict) -> None:

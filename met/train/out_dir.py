@@ -10,6 +10,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
 from met.exit_codes import EX_CANTCREAT
 from met.model.cli import fail
 
@@ -24,6 +27,14 @@ def open_log(out_dir: Path) -> TextIO:
         except OSError as e:
             why = e.strerror or str(e)
     raise fail(f"cannot write to --out-dir {out_dir}: {why}; pass a folder you can write", EX_CANTCREAT)
+
+
+def progress_bar(label: str, console: Console) -> Progress:
+    """A training run's bar: steps done of all, the caller's info field, time spent and left; shown on a terminal
+    only (a log or a pipe gets the trainer's lines instead)."""
+    return Progress(TextColumn(f"[bold]{label}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                    TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                    console=console, disable=not console.is_terminal)
 
 
 @contextmanager
