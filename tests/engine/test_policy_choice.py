@@ -108,6 +108,21 @@ def _drive(runner: ModelRunner, policy, prompts: list[tuple[int, ...]]) -> list[
     return [sink.collect(timeout=1)[0] for sink in sinks]
 
 
+def _in_turn(choice: DrafterChoicePolicy) -> Counter:
+    """Make the choice run each drafter's plan in turn (with equal tables it would always run the first drafter's);
+    returns the count of the steps' modes as they run."""
+    turns, modes = iter(range(10_000)), Counter()
+
+    def in_turn(runner, seqs):
+        choice._chosen = choice.planners[next(turns) % len(choice.planners)]
+        plan = choice._chosen.plan(runner, seqs)
+        modes[plan.mode] += 1
+        return plan
+
+    choice.plan = in_turn
+    return modes
+
+
 def test_text_is_plain_decodings_whichever_drafter_each_step_takes():
     # MTP and the draft model drafting in turn, each catching up on the rows of the other's steps
     model = micro_model(0)
@@ -115,15 +130,7 @@ def test_text_is_plain_decodings_whichever_drafter_each_step_takes():
     plain = _drive(ModelRunner(model, 2), PlainPolicy(), prompts)
     runner = ModelRunner(model, 2, draft_model=micro_model(1))
     choice = _choice(_state("mtp", 0.002, 0.9), _state("draft", 0.002, 0.9))
-    turns, modes = iter(range(10_000)), Counter()
-
-    def alternating(runner_, seqs):  # equal tables: left to plan, the choice would always be the first drafter
-        choice._chosen = choice.planners[next(turns) % 2]
-        plan = choice._chosen.plan(runner_, seqs)
-        modes[plan.mode] += 1
-        return plan
-
-    choice.plan = alternating
+    modes = _in_turn(choice)
     assert _drive(runner, choice, prompts) == plain
     assert modes["mtp"] > 0 and modes["draft"] > 0
 
@@ -138,14 +145,6 @@ def test_three_drafters_take_turns_and_text_stays_plain_decodings():
     choice = DrafterChoicePolicy([MtpPlannedPolicy(_state(kind, 0.002, 0.9), 4, DEFAULT_POOLS, kind)
                                   for kind in ("mtp", "draft", "eagle")])
     assert choice.name == "mtp+draft+eagle/measured"
-    turns, modes = iter(range(10_000)), Counter()
-
-    def in_turn(runner_, seqs):  # equal tables: left to plan, the choice would always be the first drafter
-        choice._chosen = choice.planners[next(turns) % 3]
-        plan = choice._chosen.plan(runner_, seqs)
-        modes[plan.mode] += 1
-        return plan
-
-    choice.plan = in_turn
+    modes = _in_turn(choice)
     assert _drive(runner, choice, prompts) == plain
     assert modes["mtp"] > 0 and modes["draft"] > 0 and modes["eagle"] > 0
