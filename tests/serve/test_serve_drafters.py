@@ -112,14 +112,20 @@ def _eagle_tables(folder, recipe, head) -> None:
         calibration(eagle_drafter_key(identity)).to_toml())
 
 
+def _booted_with_every_table(recipe, folder, monkeypatch):
+    """(recipe, head): in folder, the default tables of micro-t's MTP module, its draft model (itself) and a random
+    EAGLE-3 head saved there; the serve never listens."""
+    monkeypatch.setattr("met.serve.server.run", lambda *a, **k: 0)
+    monkeypatch.chdir(folder)
+    _tables(folder, recipe)
+    head = save_head(folder / "head", random_head(recipe.config, layers=(0, 1, 1)))
+    _eagle_tables(folder, recipe, head)
+    return recipe, head
+
+
 def test_mtp_plus_eagle_boots_on_both_tables_and_refuses_another_heads(micro_embedded, tmp_path, monkeypatch):
     # both planners from their default tables, named in the banner; the table of another head: 78 naming its fields
-    recipe = micro_embedded[1]
-    monkeypatch.setattr("met.serve.server.run", lambda *a, **k: 0)
-    monkeypatch.chdir(tmp_path)
-    _tables(tmp_path, recipe)
-    head = save_head(tmp_path / "head", random_head(recipe.config, layers=(0, 1, 1)))
-    _eagle_tables(tmp_path, recipe, head)
+    recipe, head = _booted_with_every_table(micro_embedded[1], tmp_path, monkeypatch)
     r = CliRunner().invoke(app, ["serve", "--model", "micro-t", "--spec", "mtp+eagle", "--drafter", str(head),
                                  *MEASURED])
     assert r.exit_code == 0, r.output
@@ -136,12 +142,7 @@ def test_mtp_plus_eagle_boots_on_both_tables_and_refuses_another_heads(micro_emb
 
 def test_every_choice_names_its_drafters(micro_embedded, tmp_path, monkeypatch):
     # mtp+draft+eagle holds all three; draft+eagle needs no MTP module; each refuses a missing drafter with 2
-    recipe = micro_embedded[1]
-    monkeypatch.setattr("met.serve.server.run", lambda *a, **k: 0)
-    monkeypatch.chdir(tmp_path)
-    _tables(tmp_path, recipe)
-    head = save_head(tmp_path / "head", random_head(recipe.config, layers=(0, 1, 1)))
-    _eagle_tables(tmp_path, recipe, head)
+    recipe, head = _booted_with_every_table(micro_embedded[1], tmp_path, monkeypatch)
     for spec in ("mtp+draft+eagle", "draft+eagle"):
         r = CliRunner().invoke(app, ["serve", "--model", "micro-t", "--spec", spec, "--drafter", str(head),
                                      "--draft-model", "micro-t", *MEASURED])
