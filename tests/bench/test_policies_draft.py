@@ -6,29 +6,20 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from policies_env import BOX, calibration, command_env, table
 import met.bench.policies as pol
 from met.bench.policies_cli import _policy_names
 from met.bench.policies_identity import mismatches
 from met.bench.policies_report import summarise
 from met.cli import app
-from met.engine.identity import (DRAFT_MODEL_MODES, MODES, RunSettings, draft_model_config, draft_model_drafter_key,
+from met.engine.identity import (DRAFT_MODEL_MODES, MODES, draft_model_config, draft_model_drafter_key,
                                  mtp_drafter_key, serve_table_key)
 from met.exit_codes import EX_CONFIG, EX_DATAERR, EX_OK
 from met.speculative.spec_capacity import DEFAULT_POOLS
 from met.model.transformer import Transformer
-from met.speculative.spec_cost import AcceptanceCalibration, Cell, CostTable, PositionPrior, SpecCostState, TableKey
+from met.speculative.spec_cost import SpecCostState, TableKey
 
-BOX = "test-box"
 PROMPTS = ((104, 101, 108, 108, 111, 32, 119), (100, 101, 102, 32, 102, 40, 41, 58), (97,) * 12, (120, 121))
-
-
-def _table(key: TableKey) -> CostTable:
-    """Verify cost grows with width and depth; a draft costs a little per draft."""
-    return CostTable(key, [Cell(n, k, 0.01 + 0.001 * n + 0.002 * k * n, 0.001 * k) for n in (1, 4) for k in range(5)])
-
-
-def _calibration(drafter) -> AcceptanceCalibration:
-    return AcceptanceCalibration(drafter, 0.6, 800, (), [PositionPrior(i, 0.8 - 0.1 * i, 200) for i in (1, 2, 3, 4)])
 
 
 def near(model: Transformer, std: float) -> Transformer:
@@ -47,10 +38,10 @@ def test_draft_policies_draft_with_the_draft_model_and_leave_greedy_text_plain(m
     # draft-* runs' steps are the draft model's (mode draft), none of them the MTP module's
     key = TableKey(BOX, "micro@t", "none", {m: "0" * 16 for m in DRAFT_MODEL_MODES})
     drafter = draft_model_drafter_key(type("R", (), {"name": "small", "digest": "s"})())
-    state = SpecCostState(_table(key), _calibration(drafter), 0.1, key, drafter)
+    state = SpecCostState(table(key), calibration(drafter), 0.1, key, drafter)
     mtp_key = TableKey(BOX, "micro@t", "none", {m: "1" * 16 for m in MODES})
     mtp_drafter = mtp_drafter_key(type("R", (), {"name": "micro", "digest": "t"})())
-    mtp = SpecCostState(_table(mtp_key), _calibration(mtp_drafter), 0.1, mtp_key, mtp_drafter)
+    mtp = SpecCostState(table(mtp_key), calibration(mtp_drafter), 0.1, mtp_key, mtp_drafter)
     names = ["off", "fixed-2", *pol.DRAFT_POLICIES]  # the choice between MTP and the draft model among them
     factories = pol.policy_factories(names, model.cfg.mtp_depth, DEFAULT_POOLS, mtp, {}, draft_model=True,
                                      draft_state=state)
@@ -103,21 +94,12 @@ def test_the_draft_policies_run_by_default_only_with_a_draft_model():
 def cli_env(monkeypatch, tmp_path, micro_recipe):
     """The command on the micro recipe in float64, drafted for by itself (every name resolves to it), with hand-made
     tables: the MTP one and the draft model's."""
-    monkeypatch.setattr("met.model.recipes.embedded", lambda name: micro_recipe)  # read when the command runs
-    texts = ["def f(x):\n    return x + 1\n", "import os\nprint(os.getcwd())\n", "class A:\n    pass\n",
-             "for i in range(3):\n    print(i)\n"]
-    monkeypatch.setattr(pol, "heldout_code", lambda count, offset, size: texts[:count])
-    settings = RunSettings("float64", "cpu", torch.get_num_threads())
-    mtp = serve_table_key(micro_recipe.id, micro_recipe.config, settings, "none", MODES, BOX)
-    (tmp_path / "t.toml").write_text(_table(mtp).to_toml())
-    (tmp_path / "t.calibration.toml").write_text(_calibration(mtp_drafter_key(micro_recipe)).to_toml())
+    settings, args = command_env(monkeypatch, tmp_path, micro_recipe)
     draft = serve_table_key(micro_recipe.id, micro_recipe.config, settings, "none", DRAFT_MODEL_MODES, BOX,
                             draft_model_config(micro_recipe))
-    (tmp_path / "d.toml").write_text(_table(draft).to_toml())
-    (tmp_path / "d.calibration.toml").write_text(_calibration(draft_model_drafter_key(micro_recipe)).to_toml())
-    return tmp_path, ["bench", "policies", "--quick", "--quiet", "--dtype", "float64", "--device", "cpu",
-                      "--box-class", BOX, "--energy", "none", "--table", str(tmp_path / "t.toml"), "--out-dir",
-                      str(tmp_path / "out")]
+    (tmp_path / "d.toml").write_text(table(draft).to_toml())
+    (tmp_path / "d.calibration.toml").write_text(calibration(draft_model_drafter_key(micro_recipe)).to_toml())
+    return tmp_path, args
 
 
 def test_cli_runs_the_draft_policies_with_identical_outputs(cli_env):

@@ -4,51 +4,29 @@ and greedy text stays plain's."""
 import json
 
 import pytest
-import torch
 from typer.testing import CliRunner
 
+from policies_env import BOX, calibration, command_env, table
 import met.bench.policies as pol
 from eagle3_helpers import random_head, save_head
 from met.bench.policies_cli import _policy_names
 from met.cli import app
-from met.engine.identity import (EAGLE_MODES, MODES, RunSettings, eagle_config, eagle_drafter_key, eagle_head,
-                                 mtp_drafter_key, serve_table_key)
+from met.engine.identity import EAGLE_MODES, eagle_config, eagle_drafter_key, eagle_head, serve_table_key
 from met.exit_codes import EX_CONFIG, EX_OK
-from met.speculative.spec_cost import AcceptanceCalibration, Cell, CostTable, PositionPrior, TableKey
-
-BOX = "test-box"
-
-
-def _table(key: TableKey) -> CostTable:
-    """Verify cost grows with width and depth; a draft costs a little per draft."""
-    return CostTable(key, [Cell(n, k, 0.01 + 0.001 * n + 0.002 * k * n, 0.001 * k) for n in (1, 4) for k in range(5)])
-
-
-def _calibration(drafter) -> AcceptanceCalibration:
-    return AcceptanceCalibration(drafter, 0.6, 800, (), [PositionPrior(i, 0.8 - 0.1 * i, 200) for i in (1, 2, 3, 4)])
 
 
 @pytest.fixture
 def eagle_env(monkeypatch, tmp_path, micro_recipe):
     """The command on the micro recipe in float64 with a random EAGLE-3 head and hand-made tables: the MTP one and
     the head's."""
-    monkeypatch.setattr("met.model.recipes.embedded", lambda name: micro_recipe)  # read when the command runs
-    texts = ["def f(x):\n    return x + 1\n", "import os\nprint(os.getcwd())\n", "class A:\n    pass\n",
-             "for i in range(3):\n    print(i)\n"]
-    monkeypatch.setattr(pol, "heldout_code", lambda count, offset, size: texts[:count])
-    settings = RunSettings("float64", "cpu", torch.get_num_threads())
-    mtp = serve_table_key(micro_recipe.id, micro_recipe.config, settings, "none", MODES, BOX)
-    (tmp_path / "t.toml").write_text(_table(mtp).to_toml())
-    (tmp_path / "t.calibration.toml").write_text(_calibration(mtp_drafter_key(micro_recipe)).to_toml())
+    settings, args = command_env(monkeypatch, tmp_path, micro_recipe)
     head = save_head(tmp_path / "head", random_head(micro_recipe.config, layers=(0, 1, 1)))
     identity = eagle_head(head, micro_recipe.config)
     key = serve_table_key(micro_recipe.id, micro_recipe.config, settings, "none", EAGLE_MODES, BOX,
                           eagle_config(identity))
-    (tmp_path / "e.toml").write_text(_table(key).to_toml())
-    (tmp_path / "e.calibration.toml").write_text(_calibration(eagle_drafter_key(identity)).to_toml())
-    return tmp_path, head, ["bench", "policies", "--quick", "--quiet", "--dtype", "float64", "--device", "cpu",
-                            "--box-class", BOX, "--energy", "none", "--table", str(tmp_path / "t.toml"),
-                            "--out-dir", str(tmp_path / "out")]
+    (tmp_path / "e.toml").write_text(table(key).to_toml())
+    (tmp_path / "e.calibration.toml").write_text(calibration(eagle_drafter_key(identity)).to_toml())
+    return tmp_path, head, args
 
 
 def test_cli_runs_the_eagle_policies_with_identical_outputs(eagle_env):
