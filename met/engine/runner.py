@@ -123,11 +123,20 @@ Replan = Callable[[int, list[Draft]], int]  # (drafts made so far per row, every
 def _top1(logits: torch.Tensor) -> tuple[list, list]:
     """The likeliest token of each row of logits [..., V] and its log-probability.
 
-    One log-softmax kernel and one max: at a 258-token vocabulary 4.6 us a row against 12.6 us for the
+    One log-softmax kernel and one max: at a 258-token vocabulary 4.3 us a row against 12.4 us for the
     max, logsumexp (some ten kernels, for its infinities) and difference (benchmarks/studies/draft_pass.py).
     """
     top = logits.log_softmax(-1).max(-1)
     return top.indices.tolist(), top.values.tolist()
+
+
+def _drafting(slots: list[int], depths: list[int], missing: str | None) -> tuple[list[Draft], list[int]]:
+    """An empty draft for each slot and the indices of those asked for drafts (depth > 0); RuntimeError(missing)
+    when some are and the drafter is not there (missing None: it is)."""
+    active = [i for i, d in enumerate(depths) if d > 0]
+    if active and missing is not None:
+        raise RuntimeError(missing)
+    return [Draft([], []) for _ in slots], active
 
 
 def _truncate(draft: Draft, k: int) -> None:
@@ -323,12 +332,10 @@ class ModelRunner:
         and drops the drafts past it.
         """
         depths = list(depths)
-        drafts = [Draft([], []) for _ in slots]
-        active = [i for i, d in enumerate(depths) if d > 0]
+        drafts, active = _drafting(slots, depths, None if self.track_mtp else
+                                   "this runner has no MTP module (or was built with track_mtp=False)")
         if not active:
             return drafts
-        if not self.track_mtp:
-            raise RuntimeError("this runner has no MTP module (or was built with track_mtp=False)")
         act_slots = [slots[i] for i in active]
         seqs = [self.seqs[s] for s in act_slots]
         rows = [len(s.catchup_tok) for s in seqs]
@@ -364,12 +371,10 @@ class ModelRunner:
     def draft_small(self, slots: list[int], depths: list[int], replan: Replan | None = None) -> list[Draft]:
         """Drafts of the runner's draft model: its catch-up pass, then one pass per further draft (as draft_mtp)."""
         depths = list(depths)
-        drafts = [Draft([], []) for _ in slots]
-        active = [i for i, d in enumerate(depths) if d > 0]
+        drafts, active = _drafting(slots, depths, None if self.draft_model is not None else
+                                   "this runner has no draft model (build it with ModelRunner(..., draft_model=model))")
         if not active:
             return drafts
-        if self.draft_model is None:
-            raise RuntimeError("this runner has no draft model (build it with ModelRunner(..., draft_model=model))")
         act_slots = [slots[i] for i in active]
         small = self.draft_model
 
@@ -385,12 +390,10 @@ class ModelRunner:
         """Drafts of the runner's EAGLE-3 head, as target ids: its catch-up pass, then one pass per further draft
         fed its own output (as draft_mtp; a sampled row's q is over the target's vocabulary, 0 off the head's)."""
         depths = list(depths)
-        drafts = [Draft([], []) for _ in slots]
-        active = [i for i, d in enumerate(depths) if d > 0]
+        drafts, active = _drafting(slots, depths, None if self.eagle is not None else
+                                   "this runner has no EAGLE-3 head (build it with ModelRunner(..., eagle=head))")
         if not active:
             return drafts
-        if self.eagle is None:
-            raise RuntimeError("this runner has no EAGLE-3 head (build it with ModelRunner(..., eagle=head))")
         act_slots = [slots[i] for i in active]
         logits, h = self.eagle.catch_up(act_slots)  # [B, V], [B, dim]
 
@@ -464,12 +467,10 @@ class ModelRunner:
     @torch.inference_mode()
     def draft_dflash(self, slots: list[int], gammas: list[int]) -> list[Draft]:
         """DFlash drafts: one block-drafter pass for every slot with gamma > 0, the first gamma of its block kept."""
-        drafts = [Draft([], []) for _ in slots]
-        active = [i for i, g in enumerate(gammas) if g > 0]
+        drafts, active = _drafting(slots, gammas, None if self.dflash is not None else
+                                   "this runner has no DFlash drafter (build it with ModelRunner(..., dflash=drafter))")
         if not active:
             return drafts
-        if self.dflash is None:
-            raise RuntimeError("this runner has no DFlash drafter (build it with ModelRunner(..., dflash=drafter))")
         if max(gammas) > self.dflash.block:
             raise ValueError(f"gamma {max(gammas)} exceeds the drafter's block of {self.dflash.block}")
         seqs = [self.seqs[slots[i]] for i in active]
