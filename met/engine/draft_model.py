@@ -35,10 +35,6 @@ class DraftModel:
         self.behind: dict[int, list[int]] = {}  # tokens of the sequence not in this cache, the last the pending one
         self.fed: dict[int, list[int]] = {}  # drafts fed into this cache since the last verify, in order
 
-    @property
-    def vocab_size(self) -> int:
-        return self.model.cfg.vocab_size
-
     def start(self, slot: int, tokens: list[int]) -> None:
         """A new sequence in slot: its prompt and first token, none of them cached yet."""
         self.cache.reset(slot)
