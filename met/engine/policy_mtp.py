@@ -100,7 +100,7 @@ class MtpLadderPolicy:
     copies = NO_COPIES
 
     def __init__(self, num_drafts: int, pools: VerifyPools, environ: Mapping[str, str], drafter: str = "mtp"):
-        self.name = self.drafter = drafter  # "mtp", or "draft": the runner's draft model in the MTP module's place
+        self.name = self.drafter = drafter  # "mtp", or "draft" / "eagle": the runner's draft model or EAGLE-3 head
         self.num_drafts = num_drafts  # the drafter's deepest draft (the model's MTP depth)
         self.pools = pools
         self.env = dict(environ)
@@ -139,7 +139,7 @@ class MtpPlannedPolicy:
     """--spec mtp --spec-cost-model measured: the planner's k -> clamp (with probes after runs of plain steps)."""
 
     def __init__(self, state: SpecCostState, num_drafts: int, pools: VerifyPools, drafter: str = "mtp"):
-        self.drafter = drafter  # "mtp", or "draft": the runner's draft model, its table and calibration
+        self.drafter = drafter  # "mtp", "draft" or "eagle": whose table and calibration, whose drafts
         self.name = f"{drafter}/measured"
         self.state = state
         self.num_drafts = num_drafts
@@ -259,7 +259,7 @@ class MtpFixedPolicy:
         if not 1 <= depth <= num_drafts:
             what = "the model's MTP depths" if drafter == "mtp" else "the drafter's depths"
             raise ValueError(f"fixed depth {depth} is outside {what} 1..={num_drafts}")
-        self.drafter = drafter  # "mtp", or "draft": the runner's draft model
+        self.drafter = drafter  # "mtp", "draft" (the runner's draft model) or "eagle" (its EAGLE-3 head)
         self.name = f"{drafter}/fixed-{depth}"
         self.copies = NO_COPIES
         self.depth = depth
