@@ -44,9 +44,9 @@ from typing import NamedTuple
 
 from met.bench import policies
 from met.bench.policies import StepRecord
-from met.bench.step_fixture import drafter_of, runner_for
-from met.bench.sweep import (SweepParams, SweepResult, Task, iqr, paired_seconds, round_figure, tasks,
-                             visit_order)
+from met.bench.step_fixture import drafter_of, drafters_of, runner_for
+from met.bench.sweep import (SweepParams, SweepResult, Task, iqr, joint_note, paired_seconds, round_figure,
+                             task_names, tasks, visit_order)
 from met.engine.policy_base import PlainPolicy, Policy
 from met.engine.policy_lookup import CopyFixedPolicy
 from met.engine.policy_mtp import MtpFixedPolicy
@@ -96,17 +96,18 @@ class CellRun(NamedTuple):
 
 
 def run_cell(runner: ModelRunner, model_id: str, prompts: Sequence[Sequence[int]], depth: int,
-             tokens: int = LOOP_TOKENS, tokenizer: Tokenizer = BYTES, copies: bool = False) -> CellRun:
+             tokens: int = LOOP_TOKENS, tokenizer: Tokenizer = BYTES, copies: bool = False,
+             drafter: str | None = None) -> CellRun:
     """One decode of len(prompts) requests (the runner's width) at a fixed depth: its counted steps and catch-up.
 
-    The runner's draft model or EAGLE-3 head drafts where it has one, else its MTP module. copies: verify `depth`
-    copies every step, no drafter pass (a copy verify cell; no catch-up).
+    drafter (mtp, draft or eagle) drafts; None: the runner's draft model or EAGLE-3 head where it has one, else its
+    MTP module. copies: verify `depth` copies every step, no drafter pass (a copy verify cell; no catch-up).
     """
     width = runner.cache.max_batch
     if len(prompts) != width:
         raise ValueError(f"{len(prompts)} prompts for a runner of width {width}")
     pools = VerifyPools(((width, depth),))  # no pool clamp: every sequence drafts `depth`
-    drafter = drafter_of(runner)
+    drafter = drafter or drafter_of(runner)
     policy: Policy = PlainPolicy()
     if depth and copies:
         policy = CopyFixedPolicy(depth, pools)
@@ -132,6 +133,21 @@ def measure_in_loop(model: Transformer, model_id: str, prompts: Sequence[Sequenc
     draft_model, eagle: it drafts the cells' drafts instead of the MTP module. NothingTimed if a cell's
     decode ends before a step can be counted.
     """
+    results = measure_joint_in_loop(model, model_id, prompts, params, on_run, tokenizer, draft_model, eagle,
+                                    with_mtp=False)
+    return next(iter(results.values()))
+
+
+def measure_joint_in_loop(model: Transformer, model_id: str, prompts: Sequence[Sequence[int]], params: SweepParams,
+                          on_run: Callable[[int, int, str], None] = lambda done, total, label: None,
+                          tokenizer: Tokenizer = BYTES, draft_model: Transformer | None = None,
+                          eagle: Eagle3Head | None = None, with_mtp: bool = True) -> dict[str, SweepResult]:
+    """measure_in_loop for several drafters in one sweep: {kind: its SweepResult}, as sweep.measure_joint.
+
+    Each width's runner holds every drafter (the MTP module with_mtp, the draft model, the EAGLE-3
+    head), as a serve choosing among them does; a drafter's cell (n, k >= 1) is a decode it drafts,
+    and the plain decode (k = 0) and the copies' decodes are run once and shared by every table.
+    """
     if len(prompts) < max(params.widths):
         raise ValueError(f"{len(prompts)} prompts for widths up to {max(params.widths)}")
     longest = max(len(p) for p in prompts[: max(params.widths)])
@@ -143,26 +159,31 @@ def measure_in_loop(model: Transformer, model_id: str, prompts: Sequence[Sequenc
             raise ValueError(f"prompts of {longest} tokens + {LOOP_TOKENS} decoded + depth {deepest} + 1 "
                              f"exceed the {whose}'s max_seq_len {m.cfg.max_seq_len}; lower --context-len "
                              "(or --verify-depth)")
-    runners = {n: runner_for(model, n, max_len, draft_model=draft_model, eagle=eagle) for n in params.widths}
+    runners = {n: runner_for(model, n, max_len, draft_model=draft_model, eagle=eagle, with_mtp=with_mtp)
+               for n in params.widths}
+    kinds = drafters_of(runners[params.widths[0]])
+    names = task_names(kinds)
+    kind_of = dict(zip(names, kinds)) | {"": kinds[0]}
     # a cell's decode times its verify and its draft; a copy's decode its verify
-    runs = [t for t in tasks(params) if t.step != "draft"]
+    everything = tasks(params, names)
+    runs = [t for t in everything if t.step != "draft"]
     total = len(runs) * (params.repeats + 1)
     done = 0
     for task in runs:  # warm-up: one run per cell, not kept
-        _run(runners[task.n], model_id, prompts, task, tokenizer)
+        _run(runners[task.n], model_id, prompts, task, tokenizer, kind_of[task.drafter])
         done += 1
         on_run(done, total, f"warm-up {_label(task)}")
-    windows: dict[Task, list[float]] = {t: [] for t in tasks(params)}
-    catchups: dict[tuple[int, int], list[float]] = {}
+    windows: dict[Task, list[float]] = {t: [] for t in everything}
+    catchups: dict[Task, list[float]] = {}
     counted: dict[Task, int] = {}
     groups = {n: [t for t in runs if t.n == n] for n in runners}
     order = random.Random(params.seed)
     for repeat in range(params.repeats):
         for task in visit_order(groups, order):
             n, k = task.n, task.k
-            steps, catchup = _run(runners[n], model_id, prompts, task, tokenizer)
+            steps, catchup = _run(runners[n], model_id, prompts, task, tokenizer, kind_of[task.drafter])
             if catchup is not None:
-                catchups.setdefault((n, k), []).append(catchup)
+                catchups.setdefault(task, []).append(catchup)
             if not steps:
                 copies = " of copies" if task.step == "copy" else ""
                 raise NothingTimed(f"the decode{copies} at width {n}, depth {k} ran no full step to time "
@@ -171,12 +192,11 @@ def measure_in_loop(model: Transformer, model_id: str, prompts: Sequence[Sequenc
             draft, verify = run_figures(steps)
             windows[task].append(verify)
             if task.step == "verify" and k:
-                windows[Task(n, k, "draft")].append(draft)
+                windows[Task(n, k, "draft", task.drafter)].append(draft)
             done += 1
             on_run(done, total, f"repeat {repeat + 1}/{params.repeats} {_label(task)}")
     figures = paired_seconds(windows)
     depths = range(params.max_depth + 1)
-    made = tuple(_cell(n, k, windows, figures, catchups.get((n, k))) for n in params.widths for k in depths)
     verify_cells = tuple(_verify_cell(Task(n, k, "copy"), windows, figures)
                          for n in params.widths for k in params.copy_depths(n))
     meta = {"method": f"in-loop: each cell a decode of {LOOP_TOKENS} tokens per request through the scheduler "
@@ -195,14 +215,22 @@ def measure_in_loop(model: Transformer, model_id: str, prompts: Sequence[Sequenc
             f"depths 1..=min({params.verify_depth}, COPY_POOLS) per width: a decode as a cell's, "
             "verifying k copies per sequence every step (its history's matched copy, cycled, else its last tokens; "
             "no drafter pass), counted and paired as the other cells; verify_s the rest of the tick after the copy")
-    return SweepResult(made, meta, verify_cells)
+    if len(kinds) > 1:
+        meta["joint_sweep"] = joint_note(kinds)
+    results = {}
+    for name in names:
+        made = tuple(_cell(n, k, windows, figures, catchups.get(Task(n, k, "verify", name if k else "")), name)
+                     for n in params.widths for k in depths)
+        results[kind_of[name]] = SweepResult(made, meta, verify_cells)
+    return results
 
 
 def _run(runner: ModelRunner, model_id: str, prompts: Sequence[Sequence[int]], task: Task,
-         tokenizer: Tokenizer) -> CellRun:
+         tokenizer: Tokenizer, drafter: str) -> CellRun:
     """The decode of a cell (the drafter's drafts, or plain at k = 0) or of a copy verify cell (copies) on its width's
     runner."""
-    return run_cell(runner, model_id, prompts[: task.n], task.k, tokenizer=tokenizer, copies=task.step == "copy")
+    return run_cell(runner, model_id, prompts[: task.n], task.k, tokenizer=tokenizer, copies=task.step == "copy",
+                    drafter=drafter)
 
 
 def _label(task: Task) -> str:
@@ -211,8 +239,9 @@ def _label(task: Task) -> str:
 
 
 def _cell(n: int, k: int, windows: dict[Task, list[float]], figures: dict[Task, float],
-          catchups: list[float] | None) -> Cell:
-    verify, draft = Task(n, k, "verify"), Task(n, k, "draft")
+          catchups: list[float] | None, drafter: str = "") -> Cell:
+    mine = drafter if k else ""  # the plain decode is every drafter's
+    verify, draft = Task(n, k, "verify", mine), Task(n, k, "draft", mine)
     return Cell(n, k, round_figure(figures[verify]), round_figure(figures[draft]) if k else 0.0,
                 verify_s_spread=iqr(windows[verify]), draft_s_spread=iqr(windows[draft]) if k else 0.0,
                 catchup_s=round_figure(statistics.median(catchups)) if k and catchups else None)

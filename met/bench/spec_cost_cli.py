@@ -11,6 +11,7 @@ from __future__ import annotations  # the heavy types are imported where they ar
 import datetime as dt
 import platform
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -64,6 +65,14 @@ EagleOpt = Annotated[Path | None, typer.Option(
     "--drafter value: --drafter picks between the recipe's own drafters (mtp, dflash), which ship beside its "
     "weights, while a head, like a draft model, is a model of its own that the table is also keyed by.",
     show_default=False)]
+WithMtpOpt = Annotated[bool, typer.Option(
+    "--with-mtp",
+    help="With --draft-model or --eagle on a model with an MTP module: time the MTP module's draft step in the same "
+    "sweep and write its table and calibration too (<recipe>.toml). A joint sweep (this, or --draft-model with "
+    "--eagle) times the plain step (k = 0) and the copies' verify cells once, and every table it writes holds "
+    "those figures, so a serve choosing among the drafters (met serve --spec mtp+draft) compares their drafts, not "
+    "two sweeps' noise. Its tables go under their default file names into the folder --out names (default "
+    "tables/<box_class>/).")]
 BoxClassOpt = Annotated[str | None, typer.Option(
     "--box-class", help="Box class the table is keyed by (default: derived, e.g. nvidia-h200x1, cpu-amd-epyc-2t).",
     show_default=False)]
@@ -173,6 +182,7 @@ def spec_cost(
     drafter: DrafterOpt = "mtp",
     draft_model: DraftModelOpt = None,
     eagle: EagleOpt = None,
+    with_mtp: WithMtpOpt = False,
     box_class_: BoxClassOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
@@ -225,10 +235,16 @@ def spec_cost(
     config.json and safetensors; its catch-up before a draft is as the MTP block's, every row the
     last step emitted), written to <recipe>.eagle-<folder name>.toml with its calibration (drafter
     kind eagle): what met serve --spec eagle --drafter FOLDER --spec-cost-model measured plans from.
+    --with-mtp (beside --draft-model or --eagle), or --draft-model with --eagle, times several
+    drafters in one sweep on one runner holding them all, as a serve choosing among them runs: each
+    drafter's cells at k >= 1 are its own, the plain step and the copies are timed once, and each
+    drafter's table and calibration are written (all of them or none) under their default names in
+    the folder --out names.
 
     Exit statuses: 0 table (and calibration) written; 2 bad option value (and --quick without
     --out, or with an --out inside a tables/ folder, or --draft-model or --eagle with --drafter
-    dflash, or both of them: nothing is written); 65 (EX_DATAERR) nothing written: the calibration prompts are invalid or
+    dflash, or --with-mtp without either or on a model without an MTP module, or several drafters
+    with an --out that names a file: nothing is written); 65 (EX_DATAERR) nothing written: the calibration prompts are invalid or
     gave too few judged drafts, or the measured table did not validate, or the checkpoint folder
     cannot be loaded (unsupported architecture), or the draft model has another tokenizer or
     vocabulary than the recipe's, or the EAGLE-3 head is not one for this recipe; 66 (EX_NOINPUT) the recipe's weights, the folder, the draft
@@ -248,10 +264,14 @@ def spec_cost(
     if drafter == "dflash" and draft_model is not None:
         raise typer.BadParameter("--draft-model times a draft model's step and --drafter dflash a DFlash block "
                                  "drafter's; a table prices one drafter: drop one of them", param_hint="--draft-model")
-    if eagle is not None and (drafter == "dflash" or draft_model is not None):
-        raise typer.BadParameter("--eagle times an EAGLE-3 head's step; a table prices one drafter: drop "
-                                 f"{'--drafter dflash' if drafter == 'dflash' else '--draft-model'} or --eagle",
+    if eagle is not None and drafter == "dflash":
+        raise typer.BadParameter("--eagle times an EAGLE-3 head's step and --drafter dflash a DFlash block "
+                                 "drafter's; a DFlash table prices its drafter alone: drop one of them",
                                  param_hint="--eagle")
+    if with_mtp and draft_model is None and eagle is None:
+        raise typer.BadParameter("--with-mtp times the MTP module beside a draft model or an EAGLE-3 head; "
+                                 "without --draft-model or --eagle the MTP module's table is what is measured: "
+                                 "drop --with-mtp", param_hint="--with-mtp")
     if drafter == "dflash" and calibrate:
         raise typer.BadParameter("the calibration is fitted for the MTP drafter only; drop --calibrate",
                                  param_hint="--calibrate")
@@ -300,21 +320,33 @@ def spec_cost(
     if eagle is not None and not eagle.is_dir():
         _fail(EX_NOINPUT, f"--eagle {eagle}: no such folder; pass an EAGLE-3 head's folder (config.json and "
               "model.safetensors)")
-    own_name = (f"draft-{draft_name}" if draft_name is not None else
-                f"eagle-{eagle.resolve().name}" if eagle is not None else None)
+    owned = {"mtp": None, "dflash": None, "draft": f"draft-{draft_name}" if draft_name is not None else None,
+             "eagle": f"eagle-{eagle.resolve().name}" if eagle is not None else None}
+    kinds = [k for k, wanted in (("mtp", with_mtp), ("draft", draft_model is not None), ("eagle", eagle is not None))
+             if wanted] or [drafter]
     calibrated = cal_params if calibrate is not False and drafter == "mtp" else None
-    given = out or _default_out(box, name, drafter, own_name)
+    paths = _table_paths(out, box, name, [(k, owned[k]) for k in kinds])
+    if quick:
+        for path in paths:
+            if in_tables_folder(path):
+                raise typer.BadParameter(f"{path} is inside a {TABLES} folder, where the tables a serve plans from "
+                                         "live; a --quick table is too coarse to plan from, so it is never written "
+                                         "there: pass an --out elsewhere (e.g. --out /tmp/quick)", param_hint="--out")
+    outputs = []
     try:  # a symlinked --out: both files go beside its target; a dangling link is refused
-        target = resolve_out(given)
-        cal_target = resolve_out(calibration_path(target))
+        for kind, path in zip(kinds, paths):
+            target = resolve_out(path)
+            outputs.append(Output(kind, owned[kind], target, resolve_out(calibration_path(target))))
     except Unwritable as exc:
         _fail(EX_CANTCREAT, f"{exc}; nothing was measured")
-    request = Request(recipe, box_class_, settings, params, energy, calibrated, calibration_prompts, target,
-                      cal_target, max_depth is not None, calibrate is True, drafter, box, replace_,
-                      verify_depth is not None, quick, draft_model, own_name, eagle)
-    raise_on_sigint()  # from here a Ctrl-C leaves the table and calibration whole, and says so
+    request = Request(recipe, box_class_, settings, params, energy, calibrated, calibration_prompts, tuple(outputs),
+                      max_depth is not None, calibrate is True, drafter, box, replace_,
+                      verify_depth is not None, quick, draft_model, eagle)
+    raise_on_sigint()  # from here a Ctrl-C leaves the tables and calibrations whole, and says so
     try:
-        with TableLock(request.out), Reporter(quiet) as reporter:
+        with ExitStack() as locks, Reporter(quiet) as reporter:
+            for output in request.outputs:
+                locks.enter_context(TableLock(output.out))
             _run(request, reporter)
     except LockHeld as exc:
         _fail(EX_TEMPFAIL, str(exc))
@@ -323,10 +355,21 @@ def spec_cost(
     except Refusal as exc:
         _fail(exc.code, str(exc))
     except KeyboardInterrupt:  # true at any moment: each file is renamed into place whole, or not at all
-        say_interrupted(f"error: interrupted: {request.out} and its calibration are each whole, as they were "
-                        "or as this run wrote them")
+        say_interrupted(f"error: interrupted: {', '.join(str(o.out) for o in request.outputs)} and "
+                        f"{'their calibrations' if len(request.outputs) > 1 else 'its calibration'} are each whole, "
+                        "as they were or as this run wrote them")
         raise typer.Exit(EX_INTERRUPTED) from None
     raise typer.Exit(EX_OK)
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """One table a run writes, with its calibration: whose drafts it prices, and where the files go."""
+
+    kind: str  # the drafter whose draft step its cells time: mtp, dflash, draft or eagle
+    own_name: str | None  # draft-<draft model> or eagle-<head folder>: what its default file name adds
+    out: Path
+    calibration_out: Path  # beside out (x.toml -> x.calibration.toml), or a symlink's target there
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,8 +383,7 @@ class Request:
     energy: str  # --energy as given: auto, nvml, rapl or none
     calibration: cal.CalibrationParams | None  # None: --no-calibrate
     prompts: Path | None  # --calibration-prompts, else None: windows of the held-out files
-    out: Path
-    calibration_out: Path  # beside out (x.toml -> x.calibration.toml), or a symlink's target there
+    outputs: tuple[Output, ...]  # the tables the run writes: one per drafter it times (several: a joint sweep)
     depth_given: bool = False  # --max-depth was passed (a model without a drafter refuses k > 0, not drops it)
     calibrate_given: bool = False  # --calibrate was passed (likewise)
     drafter: str = "mtp"  # whose draft step is timed: mtp or dflash
@@ -350,7 +392,6 @@ class Request:
     verify_depth_given: bool = False  # --verify-depth was passed (likewise)
     quick: bool = False  # --quick: the table's [meta] says so (quick = true), and a serve warns that it plans from it
     draft_model: str | None = None  # --draft-model as given: its draft step is timed instead of the MTP module's
-    own_name: str | None = None  # draft-<draft model> or eagle-<head folder>: what the default table's name adds
     eagle: Path | None = None  # --eagle: the EAGLE-3 head whose draft step is timed instead of the MTP module's
 
 
@@ -359,7 +400,7 @@ def _fail(code: int, message: str) -> None:
     raise typer.Exit(code)
 
 
-def _refuse_foreign(req: Request, old: Existing) -> None:
+def _refuse_foreign(req: Request, output: Output, old: Existing) -> None:
     """Refusal 73 if the file at --out, or where its calibration goes, is no met file (unless --replace).
 
     Someone's other file (a typo'd --out README.md, notes beside it) is not ours to replace.
@@ -369,10 +410,10 @@ def _refuse_foreign(req: Request, old: Existing) -> None:
     if req.overwrite:
         return
     if old.foreign:
-        raise Refusal(EX_CANTCREAT, f"{req.out} {old.problem}, so it is not a met cost table to replace; nothing "
+        raise Refusal(EX_CANTCREAT, f"{output.out} {old.problem}, so it is not a met cost table to replace; nothing "
                       "was measured; pass another --out, or --replace to overwrite it")
-    if req.calibration is not None and (problem := foreign_calibration(req.calibration_out)) is not None:
-        raise Refusal(EX_CANTCREAT, f"{req.calibration_out} {problem}, so it is not a calibration to replace; "
+    if req.calibration is not None and (problem := foreign_calibration(output.calibration_out)) is not None:
+        raise Refusal(EX_CANTCREAT, f"{output.calibration_out} {problem}, so it is not a calibration to replace; "
                       "nothing was measured; pass another --out, --no-calibrate, or --replace to overwrite it")
 
 
@@ -384,7 +425,20 @@ def _default_out(box: str, name: str, drafter: str, own_name: str | None) -> Pat
     return Path(TABLES) / box / f"{name}{suffix}.toml"
 
 
-def _refuse_other_key(req: Request, old: Existing, name: str) -> None:
+def _table_paths(out: Path | None, box: str, name: str, owners: list[tuple[str, str | None]]) -> list[Path]:
+    """Where each table goes (owners: each one's drafter kind and own name): --out or its default name for one;
+    for several (a joint sweep), their default names in the folder --out names (default tables/<box>/)."""
+    if len(owners) == 1:
+        return [out or _default_out(box, name, *owners[0])]
+    folder = out if out is not None else Path(TABLES) / box
+    if folder.suffix == ".toml" or folder.is_file():
+        raise typer.BadParameter(f"{folder} names a file; a joint sweep writes a table per drafter, each under its "
+                                 f"default name (e.g. {_default_out(box, name, *owners[0]).name}), into the folder "
+                                 "--out names: pass a folder", param_hint="--out")
+    return [folder / _default_out(box, name, *owner).name for owner in owners]
+
+
+def _refuse_other_key(req: Request, output: Output, old: Existing, name: str) -> None:
     """Refusal 78 if --out holds the table of another box class, model or draft model (unless --replace).
 
     A changed plan digest or weights digest is what a re-measure is for, so only the box class, the
@@ -395,10 +449,10 @@ def _refuse_other_key(req: Request, old: Existing, name: str) -> None:
         return
     key = old.table.key
     theirs = _own_of(old.table)
-    if (key.box_class, key.recipe.split("@", 1)[0], theirs) != (req.box, name, req.own_name):
-        raise Refusal(EX_CONFIG, f"{req.out} holds the table of {_measured(key.box_class, key.recipe, theirs)}; "
-                      f"this run measures {_measured(req.box, name, req.own_name)}; nothing was measured; pass "
-                      f"another --out (the default is {_default_out(req.box, name, req.drafter, req.own_name)}), "
+    if (key.box_class, key.recipe.split("@", 1)[0], theirs) != (req.box, name, output.own_name):
+        raise Refusal(EX_CONFIG, f"{output.out} holds the table of {_measured(key.box_class, key.recipe, theirs)}; "
+                      f"this run measures {_measured(req.box, name, output.own_name)}; nothing was measured; pass "
+                      f"another --out (the default is {_default_out(req.box, name, output.kind, output.own_name)}), "
                       "or --replace to overwrite it")
 
 
@@ -430,7 +484,7 @@ def _measured(box: str, recipe: str, own: str | None) -> str:
 
 
 def _run(req: Request, reporter: Reporter) -> None:
-    """Everything under the lock: what is at --out, meter, recipe, sweep, calibration, then both writes."""
+    """Everything under the locks: what is at each --out, meter, recipe, sweep, calibrations, then the writes."""
     import torch
 
     from met.bench import calibrate as cal
@@ -442,14 +496,16 @@ def _run(req: Request, reporter: Reporter) -> None:
     from met.model.sources import tokenizer_for
     from met.speculative.spec_cost import SpecCostError
 
-    for path in (req.out, req.calibration_out) if req.calibration is not None else (req.out,):
-        try:
-            check_writable(path)
-        except OSError as exc:
-            raise Refusal(EX_CANTCREAT, f"cannot write beside {path}: {exc.strerror or exc}; nothing was measured") \
-                from None
-    old = read_existing(req.out)
-    _refuse_foreign(req, old)
+    for output in req.outputs:
+        for path in (output.out, output.calibration_out) if req.calibration is not None else (output.out,):
+            try:
+                check_writable(path)
+            except OSError as exc:
+                raise Refusal(EX_CANTCREAT, f"cannot write beside {path}: {exc.strerror or exc}; nothing was "
+                              "measured") from None
+    olds = [read_existing(output.out) for output in req.outputs]
+    for output, old in zip(req.outputs, olds):
+        _refuse_foreign(req, output, old)
     try:
         meter = open_meter(req.energy, req.settings.device)
     except EnergyUnavailable as exc:
@@ -459,11 +515,17 @@ def _run(req: Request, reporter: Reporter) -> None:
     params = replace(req.params, window_s=max(req.params.window_s, meter.min_window_s))
     recipe = _recipe(req.recipe)
     draft = _draft_recipe(recipe, req.draft_model) if req.draft_model is not None else None
-    own = _own_drafter(recipe, draft, req.eagle)
-    _refuse_other_key(req, old, recipe.name)
+    owns = {o.kind: _own_drafter(recipe, draft if o.kind == "draft" else None, req.eagle if o.kind == "eagle" else None)
+            for o in req.outputs}
+    for output, old in zip(req.outputs, olds):
+        _refuse_other_key(req, output, old, recipe.name)
+    joint = len(req.outputs) > 1
+    if joint and "mtp" in owns and not recipe.config.mtp_depth:
+        raise Refusal(EX_USAGE, f"{recipe.name} has no MTP module to time beside the "
+                      f"{' and '.join(_OWN_WORDS[k] for k in owns if k != 'mtp')}; drop --with-mtp")
     calibration_params = req.calibration
     block = _block_drafter(recipe, req.settings) if req.drafter == "dflash" else None
-    if block is None and own is None and not recipe.config.mtp_depth:
+    if block is None and not joint and owns.get(req.outputs[0].kind) is None and not recipe.config.mtp_depth:
         params, calibration_params = _without_drafter(req, recipe, params), None
         reporter.say(f"{recipe.name} has no MTP drafter: measuring plain decode (k = 0) only, no calibration")
     try:
@@ -477,39 +539,45 @@ def _run(req: Request, reporter: Reporter) -> None:
     small = draft.load(dtype, req.settings.device) if draft is not None else None
     head = _eagle_head(req.eagle, recipe, req.settings) if req.eagle is not None else None
     heap.settle()  # steps timed as met serve runs them: no full collector pass over the model's heap
-    table = _sweep(req, params, recipe, model, meter, reporter, block, own, small, head)
-    calibration = None
-    if calibration_params:
+    tables = _sweep(req, params, recipe, model, meter, reporter, block, owns, small, head)
+    calibrations: dict[str, AcceptanceCalibration] = {}
+    for kind in tables if calibration_params else ():
+        own = owns[kind]
         key = mtp_drafter_key(recipe) if own is None else own.key
         reporter.say(f"calibrating drafter {key.kind} '{key.name}' on {len(texts)} prompts")
         try:
-            calibration = cal.calibrate(model, texts, key, calibration_params,
-                                        {"when": table.meta["when"], "met_version": __version__},
-                                        lambda done, total: reporter.step("calibration", done, total, "prompts"),
-                                        small, tokenizer_for(recipe), head)
+            calibrations[kind] = cal.calibrate(
+                model, texts, key, calibration_params, {"when": tables[kind].meta["when"], "met_version": __version__},
+                lambda done, total: reporter.step("calibration", done, total, "prompts"),
+                small if kind == "draft" else None, tokenizer_for(recipe), head if kind == "eagle" else None)
         except SpecCostError as exc:
             raise Refusal(EX_DATAERR, f"calibration failed, so nothing was written: {exc}") from None
-    _write(req.out, req.calibration_out, old, table, calibration, reporter)
+    _write([(o, old, tables[o.kind], calibrations.get(o.kind)) for o, old in zip(req.outputs, olds)], reporter)
 
 
 def _sweep(req: Request, params: SweepParams, recipe: Recipe, model: torch.nn.Module, meter: Meter,
-           reporter: Reporter, block: DflashDrafter | None = None, own: OwnDrafter | None = None,
-           small: torch.nn.Module | None = None, head: Eagle3Head | None = None) -> CostTable:
-    """The measured table, validated exactly as a reader will parse it (own: the draft model or EAGLE-3 head drafting
-    instead of the MTP module; small or head: it, loaded)."""
+           reporter: Reporter, block: DflashDrafter | None, owns: dict[str, OwnDrafter | None],
+           small: torch.nn.Module | None = None, head: Eagle3Head | None = None) -> dict[str, CostTable]:
+    """Each drafter's measured table ({kind: table}), validated exactly as a reader will parse it.
+
+    owns: each drafter the run times, and the OwnDrafter its table is keyed by (None: the model's MTP module or
+    DFlash drafter); small or head: the draft model or EAGLE-3 head, loaded. Several: one joint sweep.
+    """
     import torch
 
-    from met.bench.loop_sweep import NothingTimed, measure_in_loop
+    from met.bench.loop_sweep import NothingTimed, measure_joint_in_loop
     from met.bench.meters import EnergyReadError
-    from met.bench.sweep import measure
+    from met.bench.sweep import measure_joint
     from met.engine.identity import device_name, serve_table_key
     from met.speculative.spec_cost import CostTable, TableParseError
 
     s = req.settings
+    with_mtp = "mtp" in owns and len(owns) > 1
     loop = _loop_prompts(recipe, params) if meter.source == "none" and block is None else None
     how = "a short decode per cell, timed in the loop" if loop else f"{params.window_s:g} s windows"
     copies = f", copies verified at depths 1..={params.deepest_copy}" if params.deepest_copy else ""
-    drafted = f" drafted by {own.id}" if own is not None else ""
+    by = ["MTP module" if own is None else own.id for kind, own in owns.items() if own is not None or len(owns) > 1]
+    drafted = f" drafted by {' and '.join(by)} in one sweep" if len(by) > 1 else f" drafted by {by[0]}" if by else ""
     reporter.say(f"measuring {recipe.id}{drafted} on {device_name(s.device)} ({s.device}, {s.dtype}, {s.threads} "
                  f"threads): widths {','.join(map(str, params.widths))}, depths 0..={params.max_depth}{copies}, "
                  f"{params.repeats} repeats of {how}")
@@ -519,77 +587,95 @@ def _sweep(req: Request, params: SweepParams, recipe: Recipe, model: torch.nn.Mo
         reporter.step("sweep", done, total, label)
 
     try:
-        result = None
+        results = None
         if loop:
             try:
                 prompts, tokenizer = loop
-                result = measure_in_loop(model, recipe.id, prompts, params, progress, tokenizer, small, head)
+                results = measure_joint_in_loop(model, recipe.id, prompts, params, progress, tokenizer, small, head,
+                                                with_mtp)
             except NothingTimed as exc:  # the model ends its requests at once: time the steps held instead
                 reporter.say(f"in the loop, {exc}; timing every cell in {params.window_s:g} s windows instead")
-        if result is None:
-            result = measure(model, meter, params, progress, block, small, head)
+        if results is None:
+            results = measure_joint(model, meter, params, progress, block, small, head, with_mtp)
     except EnergyReadError as exc:
         raise Refusal(EX_UNAVAILABLE, f"the energy source stopped giving usable readings: {exc}") from None
     except ValueError as exc:  # the in-loop decode does not fit the model's context
         raise Refusal(EX_USAGE, str(exc)) from None
-    if own is not None:
-        modes, drafter = own.modes, own.config
-    else:
-        modes = ("decode", "verify", "draft_dflash" if block is not None else "draft_mtp")
-        drafter = asdict(block.cfg) if block is not None else None
-    key = serve_table_key(recipe.id, recipe.config, s, meter.source, modes if params.max_depth else ("decode",),
-                          req.box_override, drafter)
-    meta = {"when": dt.datetime.now(dt.UTC).replace(microsecond=0), "met_version": __version__,
-            "torch_version": torch.__version__, "python_version": platform.python_version(),
-            "device": device_name(s.device), "dtype": s.dtype, "threads": s.threads,
-            **({own.meta_field: own.id} if own is not None else {}),
-            "sweep_s": round(time.perf_counter() - started, 1), **result.meta, **meter.info(),
-            **({"quick": True} if req.quick else {})}
-    try:
-        return CostTable.parse(CostTable(key, result.cells, meta, result.verify_cells).to_toml())
-    except TableParseError as exc:
-        raise Refusal(EX_DATAERR, f"the measured table is invalid, so nothing was written: {exc}") from None
+    sweep_s = round(time.perf_counter() - started, 1)
+    when = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    tables = {}
+    for kind, result in zip(owns, results.values()):  # both in step_fixture.DRAFTERS order
+        own = owns[kind]
+        if own is not None:
+            modes, drafter = own.modes, own.config
+        else:
+            modes = ("decode", "verify", "draft_dflash" if block is not None else "draft_mtp")
+            drafter = asdict(block.cfg) if block is not None else None
+        key = serve_table_key(recipe.id, recipe.config, s, meter.source, modes if params.max_depth else ("decode",),
+                              req.box_override, drafter)
+        meta = {"when": when, "met_version": __version__,
+                "torch_version": torch.__version__, "python_version": platform.python_version(),
+                "device": device_name(s.device), "dtype": s.dtype, "threads": s.threads,
+                **({own.meta_field: own.id} if own is not None else {}),
+                "sweep_s": sweep_s, **result.meta, **meter.info(),
+                **({"quick": True} if req.quick else {})}
+        try:
+            tables[kind] = CostTable.parse(CostTable(key, result.cells, meta, result.verify_cells).to_toml())
+        except TableParseError as exc:
+            raise Refusal(EX_DATAERR, f"the measured table is invalid, so nothing was written: {exc}") from None
+    return tables
 
 
-def _write(path: Path, cal_path: Path, old: Existing, table: CostTable, calibration: AcceptanceCalibration | None,
+def _write(items: list[tuple[Output, Existing, CostTable, AcceptanceCalibration | None]],
            reporter: Reporter) -> None:
-    """Both files staged, then each renamed into place (the calibration first); then what changed.
+    """Every file staged, then each renamed into place (each calibration before its table); then what changed.
 
-    Staging both before replacing either means a full disk or a failed write replaces neither.
+    Staging all before replacing any means a full disk or a failed write replaces none; a joint sweep's
+    tables are replaced all of them or none.
     """
     from met.bench.table_files import changes, commit_pair, remove_stale_temps, stage
 
-    remove_stale_temps(path)
-    remove_stale_temps(cal_path)  # also under --no-calibrate: a killed run's temp is ours to clear
-    staged: list[Path] = []
+    pairs: list[tuple[Path, Path]] = []
     try:
-        if calibration is not None:
-            staged.append(stage(cal_path, calibration.to_toml()))
-        staged.append(stage(path, table.to_toml()))
+        for output, _, table, calibration in items:
+            remove_stale_temps(output.out)
+            remove_stale_temps(output.calibration_out)  # also under --no-calibrate: a killed run's temp is ours
+            if calibration is not None:
+                pairs.append((stage(output.calibration_out, calibration.to_toml()), output.calibration_out))
+            pairs.append((stage(output.out, table.to_toml()), output.out))
     except OSError as exc:
-        for temp in staged:
+        for temp, _ in pairs:
             temp.unlink(missing_ok=True)
-        raise Refusal(EX_CANTCREAT, f"cannot write {exc.filename or path}: {exc.strerror or exc}; the table "
-                      "and calibration there before are untouched") from None
-    try:  # the pair, or neither: a failed rename puts back the file it replaced
-        commit_pair(list(zip(staged, [cal_path, path] if calibration is not None else [path])))
+        raise Refusal(EX_CANTCREAT, f"cannot write {exc.filename or items[0][0].out}: {exc.strerror or exc}; "
+                      f"{_untouched(items)}") from None
+    try:  # all of them, or none: a failed rename puts back the file it replaced
+        commit_pair(pairs)
     except OSError as exc:
-        raise Refusal(EX_CANTCREAT, f"cannot replace {exc.filename or path}: {exc.strerror or exc}; the table "
-                      "and calibration there before are untouched") from None
-    if old.problem:  # said even under --quiet: a file was replaced that was no valid table
-        say(f"warning: {path} {old.problem}; replaced it with the new table", err=True)
-    if reporter.quiet:
-        return
-    for line in changes(old, table):
-        say(line)
-    deeper = f", {len(table.verify_cells)} copy verify cells" if table.verify_cells else ""
-    say(f"wrote {path} ({len(table.cells)} cells{deeper}, energy_source '{table.key.energy_source}', "
-        f"sweep {table.meta['sweep_s']:.0f} s)")
-    if calibration is not None:
-        say(f"wrote {cal_path} ({calibration.outcomes} judged drafts, "
-            f"{len(calibration.bins)} confidence bins, {len(calibration.position_priors)} position priors, "
-            f"{len(calibration.carryover)} carry-over bins, {len(calibration.lookup)} prompt-lookup bins, "
-            f"{len(calibration.shared_lookup)} shared-lookup bins)")
+        raise Refusal(EX_CANTCREAT, f"cannot replace {exc.filename or items[0][0].out}: {exc.strerror or exc}; "
+                      f"{_untouched(items)}") from None
+    for output, old, table, calibration in items:
+        path, cal_path = output.out, output.calibration_out
+        if old.problem:  # said even under --quiet: a file was replaced that was no valid table
+            say(f"warning: {path} {old.problem}; replaced it with the new table", err=True)
+        if reporter.quiet:
+            continue
+        for line in changes(old, table):
+            say(line)
+        deeper = f", {len(table.verify_cells)} copy verify cells" if table.verify_cells else ""
+        say(f"wrote {path} ({len(table.cells)} cells{deeper}, energy_source '{table.key.energy_source}', "
+            f"sweep {table.meta['sweep_s']:.0f} s)")
+        if calibration is not None:
+            say(f"wrote {cal_path} ({calibration.outcomes} judged drafts, "
+                f"{len(calibration.bins)} confidence bins, {len(calibration.position_priors)} position priors, "
+                f"{len(calibration.carryover)} carry-over bins, {len(calibration.lookup)} prompt-lookup bins, "
+                f"{len(calibration.shared_lookup)} shared-lookup bins)")
+
+
+def _untouched(items: list[tuple[Output, Existing, CostTable, AcceptanceCalibration | None]]) -> str:
+    """What a failed write says was kept: the one table and calibration, or every one of a joint sweep's."""
+    if len(items) == 1:
+        return "the table and calibration there before are untouched"
+    return "the tables and calibrations there before are all untouched"
 
 
 def _recipe(name: str) -> Recipe:

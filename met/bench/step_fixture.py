@@ -21,10 +21,22 @@ DRAFTERS = ("mtp", "dflash", "draft", "eagle")  # the MTP module, a DFlash block
 
 
 def runner_for(model: Transformer, width: int, max_len: int | None, dflash: DflashDrafter | None = None,
-               draft_model: Transformer | None = None, eagle: Eagle3Head | None = None) -> ModelRunner:
-    """A runner drafting with the one drafter given (none: the model's MTP module, which it then alone tracks)."""
-    mtp = dflash is None and draft_model is None and eagle is None
+               draft_model: Transformer | None = None, eagle: Eagle3Head | None = None,
+               with_mtp: bool = False) -> ModelRunner:
+    """A runner drafting with the drafter given (none: the model's MTP module, which it then alone tracks).
+
+    with_mtp: it tracks the MTP module beside the draft model or EAGLE-3 head, as a serve choosing among them does
+    (a joint sweep's runner).
+    """
+    mtp = with_mtp or (dflash is None and draft_model is None and eagle is None)
     return ModelRunner(model, width, max_len, track_mtp=mtp, dflash=dflash, draft_model=draft_model, eagle=eagle)
+
+
+def drafters_of(runner: ModelRunner) -> tuple[str, ...]:
+    """Every drafter a runner from runner_for drafts with, in the order of DRAFTERS (its first: drafter_of's)."""
+    found = (("mtp", runner.track_mtp and runner.dflash is None), ("dflash", runner.dflash is not None),
+             ("draft", runner.draft_model is not None), ("eagle", runner.eagle is not None))
+    return tuple(kind for kind, present in found if present) or ("mtp",)
 
 
 def drafter_of(runner: ModelRunner) -> str:
@@ -60,7 +72,8 @@ class StepFixture:
     drafter "dflash": the runner's DFlash block drafter makes the drafts instead (its step reads the
     state and changes none of it); "draft": the runner's draft model, which catches up on the prompt
     as the MTP block does and then has the same rows to take. `copies` gives drafts no drafter made,
-    for the copies' verify cells.
+    for the copies' verify cells. A runner with several drafters (a joint sweep's) has every one of
+    them caught up and put back; `drafts` and `draft_step` name the one drafting (default: `drafter`).
     """
 
     def __init__(self, runner: ModelRunner, prompts: list[list[int]], catchup_rows: int = 1,
@@ -89,7 +102,7 @@ class StepFixture:
         for _ in range(catchup_rows):
             runner.verify(self.slots, [Draft([], []) for _ in self.slots])
         self.saved = [self.state(slot) for slot in self.slots]
-        self._drafts: dict[int, list[Draft]] = {}
+        self._drafts: dict[tuple[str, int], list[Draft]] = {}
 
     def state(self, slot: int) -> SlotState:
         """The slot's state now (what restore puts back)."""
@@ -129,14 +142,16 @@ class StepFixture:
                 head.behind_tok[slot] = list(state.eagle_tok[len(state.eagle_tok) - behind :])
                 head.fed[slot] = 0
 
-    def drafts(self, width: int, depth: int) -> list[Draft]:
-        """The drafts the drafter proposes from the saved state (made once, cached): what a verify step scores."""
+    def drafts(self, width: int, depth: int, drafter: str | None = None) -> list[Draft]:
+        """The drafts the drafter (None: the fixture's) proposes from the saved state (made once, cached): what a
+        verify step scores."""
         if depth == 0:
             return [Draft([], []) for _ in range(width)]
-        if depth not in self._drafts:
+        key = (drafter or self.drafter, depth)
+        if key not in self._drafts:
             self.restore(len(self.slots))
-            self._drafts[depth] = self._draft(self.slots, depth)
-        return [Draft(list(d.tokens), list(d.confidences)) for d in self._drafts[depth][:width]]
+            self._drafts[key] = self._draft(self.slots, depth, key[0])
+        return [Draft(list(d.tokens), list(d.confidences)) for d in self._drafts[key][:width]]
 
     def copies(self, width: int, depth: int) -> list[Draft]:
         """Drafts no drafter made: each sequence's last `depth` prompt tokens (cycled where the prompt is shorter),
@@ -149,19 +164,20 @@ class StepFixture:
         self.restore(width)
         self.runner.verify(self.slots[:width], drafts)
 
-    def draft_step(self, width: int, depth: int, rows: int | None = None) -> None:
-        """One draft step (MTP, the DFlash block or the draft model) of depth `depth` for the first `width` sequences.
+    def draft_step(self, width: int, depth: int, rows: int | None = None, drafter: str | None = None) -> None:
+        """One draft step (MTP, the DFlash block, the draft model or the EAGLE-3 head: `drafter`, None the
+        fixture's) of depth `depth` for the first `width` sequences.
 
         rows: catch-up rows the MTP block (or the draft model) gets first (None: every saved one).
         """
         self.restore(width, rows)
-        self._draft(self.slots[:width], depth)
+        self._draft(self.slots[:width], depth, drafter or self.drafter)
 
-    def _draft(self, slots: list[int], depth: int) -> list[Draft]:
-        if self.drafter == "dflash":
+    def _draft(self, slots: list[int], depth: int, drafter: str) -> list[Draft]:
+        if drafter == "dflash":
             return self.runner.draft_dflash(slots, [depth] * len(slots))
-        if self.drafter == "draft":
+        if drafter == "draft":
             return self.runner.draft_small(slots, [depth] * len(slots))
-        if self.drafter == "eagle":
+        if drafter == "eagle":
             return self.runner.draft_eagle(slots, [depth] * len(slots))
         return self.runner.draft_mtp(slots, [depth] * len(slots))

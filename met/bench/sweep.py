@@ -27,14 +27,14 @@ import math
 import random
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 import torch
 
 from met.bench.meters import EnergyReadError, Meter, Reading, WallMeter, device_sync
-from met.bench.step_fixture import StepFixture, drafter_of, runner_for
+from met.bench.step_fixture import StepFixture, drafters_of, runner_for
 from met.model.config import ModelConfig
 from met.model.dflash import DflashDrafter
 from met.model.eagle3 import Eagle3Head
@@ -143,11 +143,14 @@ class Task:
     n: int
     k: int
     step: str  # "verify" (of the MTP drafts), "draft" or "copy" (the verify of copies: no drafter pass)
+    drafter: str = ""  # a joint sweep's drafter whose drafts a verify or draft task (k >= 1) times; "": the one
 
     @property
     def label(self) -> str:
-        """The progress label: "n=1 k=2 verify", "n=1 k=2 draft", "n=1 k=2 copies"."""
-        return f"n={self.n} k={self.k} {'copies' if self.step == 'copy' else self.step}"
+        """The progress label: "n=1 k=2 verify", "n=1 k=2 draft", "n=1 k=2 copies"; "n=1 k=2 draft (mtp)" in a
+        joint sweep."""
+        label = f"n={self.n} k={self.k} {'copies' if self.step == 'copy' else self.step}"
+        return f"{label} ({self.drafter})" if self.drafter else label
 
 
 @dataclass(slots=True)
@@ -168,17 +171,26 @@ class SweepResult:
     verify_cells: tuple[VerifyCell, ...] = ()
 
 
-def tasks(params: SweepParams) -> list[Task]:
+def tasks(params: SweepParams, drafters: Sequence[str] = ("",)) -> list[Task]:
     """Every timed step of the sweep: a verify at each (n, k), a draft at each (n, k >= 1), a copy at each
-    copy depth."""
+    copy depth.
+
+    drafters: a joint sweep's drafters (task_names): each gets its own verify and draft at every (n, k >= 1),
+    while the plain step (k = 0) and the copies, which no drafter makes, are timed once for all of them.
+    """
     found = []
     for n in params.widths:
-        for k in range(params.max_depth + 1):
-            found.append(Task(n, k, "verify"))
-            if k:
-                found.append(Task(n, k, "draft"))
+        found.append(Task(n, 0, "verify"))
+        for drafter in drafters:
+            for k in range(1, params.max_depth + 1):
+                found += [Task(n, k, "verify", drafter), Task(n, k, "draft", drafter)]
         found += [Task(n, k, "copy") for k in params.copy_depths(n)]
     return found
+
+
+def task_names(kinds: Sequence[str]) -> tuple[str, ...]:
+    """The drafter names a sweep's tasks carry: a joint sweep's kinds, or ("",) for a sweep of one drafter."""
+    return tuple(kinds) if len(kinds) > 1 else ("",)
 
 
 def check_fits(cfg: ModelConfig, params: SweepParams, block: int | None = None,
@@ -212,30 +224,51 @@ def measure(model: Transformer, meter: Meter, params: SweepParams,
     dflash: time its block draft step instead of the MTP one (the verify steps score its drafts);
     draft_model, eagle: likewise, the draft model's or the EAGLE-3 head's draft step.
     """
-    check_fits(model.cfg, params, dflash.block if dflash is not None else None,
+    results = measure_joint(model, meter, params, on_window, dflash, draft_model, eagle, with_mtp=False)
+    return next(iter(results.values()))
+
+
+def measure_joint(model: Transformer, meter: Meter, params: SweepParams,
+                  on_window: Callable[[int, int, str], None] = lambda done, total, label: None,
+                  dflash: DflashDrafter | None = None, draft_model: Transformer | None = None,
+                  eagle: Eagle3Head | None = None, with_mtp: bool = True) -> dict[str, SweepResult]:
+    """Each drafter's cells, timed in one sweep: {kind: its SweepResult}, kinds in step_fixture.DRAFTERS order.
+
+    The drafters are those given, and the model's MTP module with_mtp (or when none is given). One
+    runner holds them all, as a serve choosing among them does; each drafter's verify and draft
+    cells (k >= 1) are its own, while the plain step (k = 0) and the copies' verify cells are timed
+    once and shared: the tables then price a plain step and a copy alike, so a planner choosing
+    among the drafters compares their drafts and not two sweeps' noise.
+    """
+    cfg = model.cfg
+    check_fits(cfg, params, dflash.block if dflash is not None else None,
                draft_model.cfg if draft_model is not None else None, eagle is not None)
-    runner = runner_for(model, max(params.widths), params.cache_len, dflash, draft_model, eagle)
-    drafter = drafter_of(runner)
+    if with_mtp and (draft_model is not None or eagle is not None):
+        check_fits(cfg, params)  # the MTP module drafts too
+    runner = runner_for(model, max(params.widths), params.cache_len, dflash, draft_model, eagle, with_mtp)
+    kinds = drafters_of(runner)
+    names = task_names(kinds)
+    kind_of = dict(zip(names, kinds)) | {"": kinds[0]}
     gen = torch.Generator().manual_seed(params.seed)
-    vocab = min(model.cfg.vocab_size, 256)  # byte tokens: any text's, never BOS/EOS
+    vocab = min(cfg.vocab_size, 256)  # byte tokens: any text's, never BOS/EOS
     prompts = torch.randint(0, vocab, (max(params.widths), params.context_len), generator=gen).tolist()
     # Ragged as a serve's batch is: rows at different positions take the masked attention path, as they do there.
     prompts = [p[: max(1, params.context_len - i)] for i, p in enumerate(prompts)]
-    fixture = StepFixture(runner, prompts, params.catchup_rows, drafter)
-    todo = tasks(params)
+    fixture = StepFixture(runner, prompts, params.catchup_rows, kinds[0])
+    todo = tasks(params, names)
     window_s = max(params.window_s, meter.min_window_s)
     total = len(todo) * (params.repeats + 1)
     series: dict[Task, Series] = {}
     done = 0
     for task in todo:  # warm up each cell and size its window
-        series[task] = Series(_steps_for(fixture, task, params, window_s))
+        series[task] = Series(_steps_for(fixture, task, params, window_s, kind_of[task.drafter]))
         done += 1
         on_window(done, total, f"warm-up {task.label}")
     groups = {n: [t for t in todo if t.n == n] for n in params.widths}
     order = random.Random(params.seed)
     for repeat in range(params.repeats):
         for task in visit_order(groups, order):
-            reading, steps = _window(_step(fixture, task), meter, series[task].steps)
+            reading, steps = _window(_step(fixture, task, kind_of[task.drafter]), meter, series[task].steps)
             series[task].seconds.append(reading.seconds / steps)
             if reading.joules is not None:
                 series[task].joules.append(reading.joules / steps)
@@ -243,14 +276,11 @@ def measure(model: Transformer, meter: Meter, params: SweepParams,
             on_window(done, total, f"repeat {repeat + 1}/{params.repeats} {task.label}")
     seconds = paired_seconds({t: series[t].seconds for t in todo})
     energy = meter.source != "none"
-    cells = tuple(_cell(n, k, series, seconds, energy) for n in params.widths for k in range(params.max_depth + 1))
     verify_cells = tuple(_verify_cell(n, k, series, seconds, energy)
                          for n in params.widths for k in params.copy_depths(n))
     steps = [series[t].steps for t in todo]
     meta = {"context_len": params.context_len, "repeats": params.repeats, "window_s": window_s,
             "warmup_s": params.warmup_s, "steps_per_window_min": min(steps), "steps_per_window_max": max(steps),
-            "catchup_rows": (f"{DRAFT_MODEL_CATCHUP_ROWS} before a draft of any depth" if drafter == "draft" else
-                             "depth + 1 before a draft of that depth") + " (all of a step's drafts accepted)",
             "cell_order": f"per repeat, widths shuffled, each width's steps back to back, shuffled "
                           f"(seed {params.seed})",
             "figure": "seconds: median over repeats of window cost / steps over the geometric mean of its width's "
@@ -260,20 +290,36 @@ def measure(model: Transformer, meter: Meter, params: SweepParams,
         meta["verify_cells"] = (
             f"depths 1..=min({params.verify_depth}, COPY_POOLS) per width: the verify of each sequence's last k "
             "prompt tokens (copies, no drafter pass), windowed and paired as the other steps")
-    return SweepResult(cells, meta, verify_cells)
+    if len(kinds) > 1:
+        meta["joint_sweep"] = joint_note(kinds)
+    results = {}
+    for name in names:
+        kind = kind_of[name]
+        cells = tuple(_cell(n, k, series, seconds, energy, name)
+                      for n in params.widths for k in range(params.max_depth + 1))
+        catchup = (f"{DRAFT_MODEL_CATCHUP_ROWS} before a draft of any depth" if kind == "draft" else
+                   "depth + 1 before a draft of that depth") + " (all of a step's drafts accepted)"
+        results[kind] = SweepResult(cells, {**meta, "catchup_rows": catchup}, verify_cells)
+    return results
 
 
-def _step(fixture: StepFixture, task: Task) -> Callable[[], None]:
-    """The task's step as a no-argument call (drafts are made once, outside any window)."""
+def joint_note(kinds: Sequence[str]) -> str:
+    """The [meta] joint_sweep line of a table measured beside other drafters' (kinds: all of them)."""
+    return (f"one sweep timed the drafts of {', '.join(kinds)}; the plain step (k = 0) and the copies' verify cells "
+            "were timed once, and every one of their tables holds the same figures for them")
+
+
+def _step(fixture: StepFixture, task: Task, drafter: str) -> Callable[[], None]:
+    """The task's step as a no-argument call (drafts are made once, outside any window; drafter: whose)."""
     if task.step == "draft":
-        return lambda: fixture.draft_step(task.n, task.k, catchup_rows_for(task.k, fixture.drafter))
-    drafts = fixture.copies(task.n, task.k) if task.step == "copy" else fixture.drafts(task.n, task.k)
+        return lambda: fixture.draft_step(task.n, task.k, catchup_rows_for(task.k, drafter), drafter)
+    drafts = fixture.copies(task.n, task.k) if task.step == "copy" else fixture.drafts(task.n, task.k, drafter)
     return lambda: fixture.verify_step(task.n, drafts)
 
 
-def _steps_for(fixture: StepFixture, task: Task, params: SweepParams, window_s: float) -> int:
+def _steps_for(fixture: StepFixture, task: Task, params: SweepParams, window_s: float, drafter: str) -> int:
     """Warm the cell up for params.warmup_s (at least two steps), then the steps that fill a window."""
-    step, warmup_s = _step(fixture, task), params.warmup_s
+    step, warmup_s = _step(fixture, task, drafter), params.warmup_s
     clock = WallMeter(device_sync(str(fixture.runner.device)))  # sizes windows; never gives a figure
     ran, start = 0, time.perf_counter()
     while ran < 2 or time.perf_counter() - start < warmup_s:
@@ -338,13 +384,16 @@ def _paired_width(windows: dict[Task, list[float]]) -> dict[Task, float]:
     return {task: statistics.median(x / m for x, m in zip(w, means)) * scale for task, w in windows.items()}
 
 
-def _cell(n: int, k: int, series: dict[Task, Series], seconds: dict[Task, float], energy: bool) -> Cell:
-    """The cell's figures and spreads; at k = 0 nothing is drafted, so its draft costs are exactly 0."""
-    verify = series[Task(n, k, "verify")]
-    draft = series.get(Task(n, k, "draft"))
+def _cell(n: int, k: int, series: dict[Task, Series], seconds: dict[Task, float], energy: bool,
+          drafter: str = "") -> Cell:
+    """The drafter's cell's figures and spreads; at k = 0 nothing is drafted, so its draft costs are exactly 0 (and
+    its plain step is every drafter's)."""
+    mine = drafter if k else ""
+    verify = series[Task(n, k, "verify", mine)]
+    draft = series.get(Task(n, k, "draft", mine))
     values: dict[str, float | None] = {
-        "verify_s": round_figure(seconds[Task(n, k, "verify")]), "verify_s_spread": iqr(verify.seconds),
-        "draft_s": round_figure(seconds[Task(n, k, "draft")]) if draft else 0.0,
+        "verify_s": round_figure(seconds[Task(n, k, "verify", mine)]), "verify_s_spread": iqr(verify.seconds),
+        "draft_s": round_figure(seconds[Task(n, k, "draft", mine)]) if draft else 0.0,
         "draft_s_spread": iqr(draft.seconds) if draft else 0.0}
     if energy:
         values |= {"verify_j": _median(verify.joules), "verify_j_spread": iqr(verify.joules),

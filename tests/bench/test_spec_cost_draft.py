@@ -117,7 +117,7 @@ def test_windows_time_the_draft_models_step(recipes, tmp_path, monkeypatch):
     def ends_at_once(*args, **kwargs):
         raise NothingTimed("the decode at width 1, depth 0 ran no full step to time (its requests ended at once)")
 
-    monkeypatch.setattr("met.bench.loop_sweep.measure_in_loop", ends_at_once)
+    monkeypatch.setattr("met.bench.loop_sweep.measure_joint_in_loop", ends_at_once)
     out = tmp_path / "t.toml"
     result = CliRunner().invoke(app, ["bench", "spec-cost", "--recipe", "micro-t", "--draft-model", "micro-d",
                                       "--no-calibrate", *FAST, "--out", str(out)])
@@ -220,3 +220,39 @@ def test_a_folder_drafted_by_a_folder_of_its_tokenizer_gets_draft_cells(recipes,
     assert refused.exit_code == EX_DATAERR and "draft model micro-d has tokenizer byte" in refused.stderr, \
         refused.output
     assert not (tmp_path / "u.toml").exists()
+
+
+def test_a_joint_sweep_writes_each_drafters_table_with_one_plain_step_and_one_set_of_copies(recipes, tmp_path):
+    # --with-mtp --draft-model: both tables, keyed as their own runs key them, sharing k = 0 and the copy cells while
+    # each drafter's k >= 1 cells and calibration are its own
+    result = CliRunner().invoke(app, ["bench", "spec-cost", "--recipe", "micro-t", "--draft-model", "micro-d",
+                                      "--with-mtp", "--quick", "--quiet", "--energy", "none", "--box-class", BOX,
+                                      "--out", str(tmp_path)])
+    assert result.exit_code == EX_OK, result.output
+    mtp = CostTable.parse((tmp_path / "micro-t.toml").read_text())
+    small = CostTable.parse((tmp_path / "micro-t.draft-micro-d.toml").read_text())
+    assert mtp.key.modes == ("decode", "draft_mtp", "verify") and small.key.modes == ("decode", "draft_model", "verify")
+    assert "draft_model" not in mtp.meta and small.meta["draft_model"].startswith("micro-d@")
+    assert "mtp, draft" in mtp.meta["joint_sweep"] and mtp.meta["joint_sweep"] == small.meta["joint_sweep"]
+    assert mtp.verify_cells and mtp.verify_cells == small.verify_cells
+    plain = {c.n: c for c in mtp.cells if c.k == 0}
+    assert plain == {c.n: c for c in small.cells if c.k == 0}
+    drafted = [(a.draft_s, b.draft_s) for a, b in zip(mtp.cells, small.cells) if a.k]
+    assert drafted and all(a > 0 and b > 0 for a, b in drafted) and any(a != b for a, b in drafted)
+    kinds = {AcceptanceCalibration.parse(calibration_path(tmp_path / f).read_text()).drafter.kind
+             for f in ("micro-t.toml", "micro-t.draft-micro-d.toml")}
+    assert kinds == {"mtp", "draft"}
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--with-mtp"], "drop --with-mtp"),  # nothing to time it beside
+    (["--with-mtp", "--draft-model", "micro-d", "--recipe", "micro-d"], "no MTP module to time beside"),
+    (["--with-mtp", "--draft-model", "micro-d", "--out", "x.toml"], "names a file"),
+])
+def test_a_joint_sweep_is_refused_without_a_second_drafter_an_mtp_module_or_a_folder(recipes, tmp_path, flags,
+                                                                                      message):
+    args = ["bench", "spec-cost", "--recipe", "micro-t", *FAST, "--no-calibrate"]
+    flags = [str(tmp_path / f) if f == "x.toml" else f for f in flags]
+    result = CliRunner().invoke(app, args + (flags if "--out" in flags else flags + ["--out", str(tmp_path)]))
+    assert result.exit_code == 2 and message in result.output.replace("\n", " "), result.output
+    assert not list(tmp_path.glob("*.toml"))

@@ -64,7 +64,7 @@ def test_the_default_path_is_the_heads_own(heads, tmp_path, monkeypatch):
 
     recipe, a, b = heads
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("met.bench.loop_sweep.measure_in_loop", ends_at_once)
+    monkeypatch.setattr("met.bench.loop_sweep.measure_joint_in_loop", ends_at_once)
     result = CliRunner().invoke(app, ["bench", "spec-cost", "--recipe", recipe.name, "--eagle", str(a),
                                       "--no-calibrate", *FAST])
     assert result.exit_code == EX_OK, result.output
@@ -78,10 +78,10 @@ def test_the_default_path_is_the_heads_own(heads, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("flags, code, message", [
-    (["--drafter", "dflash"], 2, "drop --drafter dflash or --eagle"),  # a table prices one drafter
-    (["--draft-model", "micro-t"], 2, "drop --draft-model or --eagle"),
+    (["--drafter", "dflash"], 2, "drop one of them"),  # a DFlash table prices its drafter alone
+    (["--draft-model", "micro-t"], 2, "names a file"),  # a joint sweep writes a table per drafter into a folder
 ])
-def test_eagle_refuses_a_second_drafter(heads, tmp_path, flags, code, message):
+def test_eagle_refuses_dflash_and_a_joint_sweep_into_one_file(heads, tmp_path, flags, code, message):
     recipe, a, _ = heads
     result = CliRunner().invoke(app, ["bench", "spec-cost", "--recipe", recipe.name, "--eagle", str(a), *flags,
                                       *FAST, "--out", str(tmp_path / "t.toml")])

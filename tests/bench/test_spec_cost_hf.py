@@ -42,7 +42,7 @@ def test_a_folder_whose_decodes_end_at_once_is_timed_in_windows(folder, tmp_path
     def ends_at_once(*args, **kwargs):
         raise NothingTimed("the decode at width 1, depth 0 ran no full step to time (its requests ended at once)")
 
-    monkeypatch.setattr("met.bench.loop_sweep.measure_in_loop", ends_at_once)  # the command imports it when it runs
+    monkeypatch.setattr("met.bench.loop_sweep.measure_joint_in_loop", ends_at_once)  # the command imports it when it runs
     out = tmp_path / "t.toml"
     loud = [a for a in FAST if a != "--quiet"]  # the switch is news, which --quiet silences
     result = CliRunner().invoke(app, ["bench", "spec-cost", "--model", str(folder), *loud, "--out", str(out)])

@@ -285,7 +285,28 @@ def test_a_copy_task_verifies_copies_and_a_verify_task_the_drafters_drafts_at_th
     fixture = StepFixture(ModelRunner(micro_model, 1, 32), [[1, 2, 3, 4, 5, 6]], catchup_rows=3)
     verified = []
     fixture.verify_step = lambda width, drafts: verified.append([d.tokens for d in drafts])
-    _step(fixture, Task(1, 2, "copy"))()
-    _step(fixture, Task(1, 2, "verify"))()
+    _step(fixture, Task(1, 2, "copy"), "mtp")()
+    _step(fixture, Task(1, 2, "verify"), "mtp")()
     # the copy: the prompt's last 2 tokens, no drafter pass; the verify: the MTP drafter's 2 drafts
     assert verified[0] == [[5, 6]] and verified[1] == [fixture.drafts(1, 2)[0].tokens]
+
+
+def test_a_joint_sweep_times_each_drafters_drafts_and_the_plain_step_and_copies_once(micro_model):
+    # the MTP module and a draft model in one window sweep: tasks per drafter at k >= 1 only; shared k = 0 and copies
+    from dataclasses import replace as with_
+
+    from met.bench.sweep import measure_joint, task_names
+    from met.model.transformer import Transformer
+
+    torch.manual_seed(5)
+    small = Transformer(with_(micro_model.cfg, n_layers=1, mtp_depth=0)).eval()
+    found = tasks(TINY, task_names(("mtp", "draft")))
+    assert Task(1, 0, "verify") in found and Task(1, 0, "verify", "mtp") not in found
+    assert {Task(1, 2, "draft", "mtp"), Task(1, 2, "draft", "draft"), Task(1, 2, "copy")} <= set(found)
+    results = measure_joint(micro_model, WallMeter(), TINY, draft_model=small)
+    assert list(results) == ["mtp", "draft"]
+    mtp, draft = results["mtp"], results["draft"]
+    assert mtp.verify_cells == draft.verify_cells and len(mtp.verify_cells) > 0
+    assert [c for c in mtp.cells if c.k == 0] == [c for c in draft.cells if c.k == 0]
+    assert all(c.draft_s > 0 for c in mtp.cells + draft.cells if c.k)
+    assert mtp.meta["catchup_rows"].startswith("depth + 1") and draft.meta["catchup_rows"].startswith("2 before")
