@@ -234,8 +234,11 @@ def _run(runner: ModelRunner, model_id: str, prompts: Sequence[Sequence[int]], t
 
 
 def _label(task: Task) -> str:
-    """A run's progress label: a cell's "n=2 k=1", a copy verify cell's "n=1 k=3 copies"."""
-    return task.label if task.step == "copy" else f"n={task.n} k={task.k}"
+    """A run's progress label: a cell's "n=2 k=1" ("n=2 k=1 (mtp)" in a joint sweep), a copy verify cell's "n=1 k=3
+    copies"."""
+    if task.step == "copy":
+        return task.label
+    return f"n={task.n} k={task.k}" + (f" ({task.drafter})" if task.drafter else "")
 
 
 def _cell(n: int, k: int, windows: dict[Task, list[float]], figures: dict[Task, float],
