@@ -293,10 +293,6 @@ def spec_cost(
         raise typer.BadParameter("a --quick table is a smoke run's, too coarse to plan from; pass --out (e.g. "
                                  "--out /tmp/quick.toml) so it does not replace tables/<box_class>/<recipe>.toml",
                                  param_hint="--quick")
-    if quick and in_tables_folder(out):
-        raise typer.BadParameter(f"{out} is inside a {TABLES} folder, where the tables a serve plans from live; a "
-                                 "--quick table is too coarse to plan from, so it is never written there: pass an "
-                                 "--out elsewhere (e.g. --out /tmp/quick.toml)", param_hint="--out")
     base = QUICK if quick else SweepParams(**FULL)
     if drafter == "dflash":
         base = replace(base, verify_depth=0)  # its cells price its own depths: nothing is copied past them
@@ -326,12 +322,12 @@ def spec_cost(
              if wanted] or [drafter]
     calibrated = cal_params if calibrate is not False and drafter == "mtp" else None
     paths = _table_paths(out, box, name, [(k, owned[k]) for k in kinds])
-    if quick:
-        for path in paths:
-            if in_tables_folder(path):
-                raise typer.BadParameter(f"{path} is inside a {TABLES} folder, where the tables a serve plans from "
-                                         "live; a --quick table is too coarse to plan from, so it is never written "
-                                         "there: pass an --out elsewhere (e.g. --out /tmp/quick)", param_hint="--out")
+    for path in paths if quick else ():
+        if in_tables_folder(path):
+            example = "/tmp/quick.toml" if len(paths) == 1 else "/tmp/quick"
+            raise typer.BadParameter(f"{path} is inside a {TABLES} folder, where the tables a serve plans from live; "
+                                     "a --quick table is too coarse to plan from, so it is never written there: pass "
+                                     f"an --out elsewhere (e.g. --out {example})", param_hint="--out")
     outputs = []
     try:  # a symlinked --out: both files go beside its target; a dangling link is refused
         for kind, path in zip(kinds, paths):
@@ -576,8 +572,9 @@ def _sweep(req: Request, params: SweepParams, recipe: Recipe, model: torch.nn.Mo
     loop = _loop_prompts(recipe, params) if meter.source == "none" and block is None else None
     how = "a short decode per cell, timed in the loop" if loop else f"{params.window_s:g} s windows"
     copies = f", copies verified at depths 1..={params.deepest_copy}" if params.deepest_copy else ""
-    by = ["MTP module" if own is None else own.id for kind, own in owns.items() if own is not None or len(owns) > 1]
-    drafted = f" drafted by {' and '.join(by)} in one sweep" if len(by) > 1 else f" drafted by {by[0]}" if by else ""
+    by = ["MTP module" if own is None else own.id for own in owns.values()]
+    drafted = (f" drafted by {' and '.join(by)} in one sweep" if len(owns) > 1 else
+               "" if None in owns.values() else f" drafted by {by[0]}")
     reporter.say(f"measuring {recipe.id}{drafted} on {device_name(s.device)} ({s.device}, {s.dtype}, {s.threads} "
                  f"threads): widths {','.join(map(str, params.widths))}, depths 0..={params.max_depth}{copies}, "
                  f"{params.repeats} repeats of {how}")
@@ -604,8 +601,8 @@ def _sweep(req: Request, params: SweepParams, recipe: Recipe, model: torch.nn.Mo
     sweep_s = round(time.perf_counter() - started, 1)
     when = dt.datetime.now(dt.UTC).replace(microsecond=0)
     tables = {}
-    for kind, result in zip(owns, results.values()):  # both in step_fixture.DRAFTERS order
-        own = owns[kind]
+    for kind, own in owns.items():
+        result = results[kind]
         if own is not None:
             modes, drafter = own.modes, own.config
         else:

@@ -33,7 +33,10 @@ def runner_for(model: Transformer, width: int, max_len: int | None, dflash: Dfla
 
 
 def drafters_of(runner: ModelRunner) -> tuple[str, ...]:
-    """Every drafter a runner from runner_for drafts with, in the order of DRAFTERS (its first: drafter_of's)."""
+    """Every drafter a runner from runner_for drafts with, in the order of DRAFTERS ("mtp" for a runner with none).
+
+    For a runner of one drafter that is drafter_of's; a joint sweep's runner has several, and its cells name which.
+    """
     found = (("mtp", runner.track_mtp and runner.dflash is None), ("dflash", runner.dflash is not None),
              ("draft", runner.draft_model is not None), ("eagle", runner.eagle is not None))
     return tuple(kind for kind, present in found if present) or ("mtp",)
