@@ -4,8 +4,9 @@ A decode step multiplies one row per sequence by each projection; a verify of k 
 This times both kernels on every projection shape of the embedded model (and on all 24 of a
 step's products in turn, the weights then streaming from the last-level cache as in a step), in
 alternating windows of one torch thread, the minimum window of each. `met.model.packed` sends a
-product to oneDNN from ONEDNN_MIN_MACS multiply-adds up; the last column says which kernel that
-rule picks, so a row where it picks the slower one shows where the threshold is off on this box.
+product to oneDNN by this CPU's rule (packed.RULE: by product size, or on an Intel CPU by weight size);
+the last column says which kernel that rule picks, so a row where it picks the slower one shows
+where the rule is off on this box.
 
     python3 benchmarks/studies/gemm_kernels.py [--rows 1,2,3,4,5,8,16,80]
     # writes benchmarks/studies/results/gemm_kernels.md (training or other work on the box inflates oneDNN's
@@ -20,7 +21,7 @@ from pathlib import Path
 import torch
 
 from met.engine.identity import box_class, device_name
-from met.model.packed import ONEDNN_MIN_MACS, ONEDNN_ONLY, PackedWeight, _onednn_linear, onednn_usable
+from met.model.packed import ONEDNN_ONLY, RULE, PackedWeight, _onednn_linear, onednn_usable
 from met.model.recipes import embedded
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: report.py
@@ -38,22 +39,32 @@ def _window(f, calls: int) -> float:
 
 
 def _best(fs: dict, calls: int, repeats: int) -> dict:
-    """The minimum window of each callable, windows alternating between them."""
+    """The minimum window of each callable, windows alternating between them, the order rotated every repeat (what
+    runs after oneDNN's layout finds the caches holding that layout, not MKL's)."""
     best = dict.fromkeys(fs, float("inf"))
-    for _ in range(repeats):
-        for name, f in fs.items():
-            best[name] = min(best[name], _window(f, calls))
+    names = list(fs)
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            best[name] = min(best[name], _window(fs[name], calls))
     return best
+
+
+def _both(w: PackedWeight) -> PackedWeight:
+    """The weight with both layouts, whichever kernel the rule gives it."""
+    onednn = w.onednn if w.onednn is not None else torch.ops.mkldnn._reorder_linear_weight(w.dense.t().contiguous(), 16)
+    return PackedWeight(w.shape, w.dense, onednn, w.bias)
 
 
 def _kernels(w: PackedWeight, x: torch.Tensor) -> dict:
     """The product x @ w by MKL, by oneDNN, and by the kernel met.model.packed's rule picks."""
-    return {"mkl": lambda: x @ w.dense, "onednn": lambda: _onednn_linear(x, w.onednn, w.bias), "rule": lambda: w(x)}
+    both = _both(w)
+    return {"mkl": lambda: x @ both.dense, "onednn": lambda: _onednn_linear(x, both.onednn, w.bias), "rule": lambda: w(x)}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default="1,2,3,4,5,8,16,80")
+    ap.add_argument("--big-rows", default="1,2,5,16", help="row counts of the checkpoint-sized products")
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--out", type=Path, default=OUT, help="report (default: benchmarks/studies/results/gemm_kernels.md)")
     args = ap.parse_args(argv)
@@ -85,8 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     big = ["| product | rows | MKL us | oneDNN us | oneDNN / MKL | the rule picks |", "|---|---:|---:|---:|---:|---|"]
     for d_in, d_out in ((896, 1152), (896, 4864), (4864, 896), (2048, 8192)):  # a 0.5B and a 1B checkpoint's
         weight = torch.randn(d_in, d_out)
-        w, full = PackedWeight.of(weight), PackedWeight(weight.shape, weight, PackedWeight.of(weight).onednn)
-        for m in (1, 5):
+        w = PackedWeight.of(weight)
+        full = _both(PackedWeight(weight.shape, weight))
+        for m in (int(r) for r in args.big_rows.split(",")):
             x = torch.randn(m, d_in)
             t = _best(_kernels(full, x), calls=20, repeats=args.repeats)
             big.append(f"| [{d_in}, {d_out}] | {m} | {t['mkl'] * 1e6:.0f} | {t['onednn'] * 1e6:.0f} | "
@@ -99,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         f"`{box_class('cpu', threads=1)}` ({device_name('cpu')}), "
         f"torch {torch.__version__}, one thread: the minimum of {args.repeats} alternating windows, hot caches "
         "except the step's 24 products (their weights stream from the last-level cache as in a step). "
-        f"The rule: oneDNN from {ONEDNN_MIN_MACS} multiply-adds (rows x in x out).",
+        f"The rule: {RULE.name}.",
         "",
         "A step's 24 products (6 layers x 4 projections) in turn:",
         "",

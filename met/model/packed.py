@@ -3,27 +3,67 @@
 torch multiplies float32 matrices on the CPU with MKL, which takes its fast paths on Intel
 processors only: on an AMD EPYC with AVX-512 a [5, 192] @ [192, 1024] product (a verify of four
 drafts) ran at a fifth of the rate oneDNN reached on the same core, while MKL stayed the faster
-of the two for single rows (a decode step), where oneDNN's fixed cost per call dominates.
+of the two for single rows (a decode step), where oneDNN's fixed cost per call dominates. On an
+Intel Xeon MKL is the faster for every product of the embedded model up to 80 rows (oneDNN took
+1.1-6.5x its time), and oneDNN only for a checkpoint's larger weights from two rows on.
 `benchmarks/studies/gemm_kernels.py` times both kernels per shape. A `PackedWeight` keeps the
-weight as MKL reads it and, where oneDNN can run it (a float32 CPU weight), in oneDNN's blocked
-layout too, and sends each product to the kernel that is faster for its size: oneDNN from
-ONEDNN_MIN_MACS multiply-adds up, and for a large weight at every size. Float64, half precision and
+weight as MKL reads it and, where the CPU's `KernelRule` ever sends its products to oneDNN (a
+float32 CPU weight), in oneDNN's blocked layout too, and sends each product to the kernel that
+is faster for its size; a large weight goes to oneDNN at every size. Float64, half precision and
 GPU weights always take `x @ w`.
 """
 
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
-# Multiply-adds of one product of two rows or more (rows x in x out) from which oneDNN is faster
-# than MKL here: on the AMD EPYC box class, the q/k/v projection of the embedded model from 5 rows,
-# its gate/up projection from 3, down from 6, the output projection and the head from 11 to 15.
-ONEDNN_MIN_MACS = 1 << 19
 # A weight of at least this many elements (in x out) is multiplied by oneDNN at every row count, a
-# single row included (one row by [2048, 8192]: 1,582 us against MKL's 2,508; by [896, 4864] about
-# MKL's time), and its [in, out] copy is not kept: a checkpoint's large matrices are held once.
+# single row included (one row by [2048, 8192]: 1,582 us against MKL's 2,508 on the AMD EPYC; on the
+# Intel Xeon MKL's 1.2-1.4x faster there), and its [in, out] copy is not kept: a checkpoint's large
+# matrices are held once.
 ONEDNN_ONLY = 1 << 22
+_CPUINFO = Path("/proc/cpuinfo")
+
+
+@dataclass(frozen=True)
+class KernelRule:
+    """Which products of two rows or more go to oneDNN on a kind of CPU: those of at least min_macs
+    multiply-adds (rows x in x out) by a weight of at least min_weight elements (in x out)."""
+
+    name: str
+    min_macs: int
+    min_weight: int
+    path_version: int  # the CPU cached path's version under this rule (met.model.transformer.cached_path_version)
+
+
+# The AMD EPYC box class: the q/k/v projection of the embedded model from 5 rows, its gate/up
+# projection from 3, down from 6, the output projection and the head from 11 to 15.
+BY_SIZE = KernelRule("oneDNN from 2^19 multiply-adds", 1 << 19, 0, 4)
+# The Intel Xeon box class: MKL for every product of the embedded model (weights up to 196,608
+# elements) up to 80 rows; oneDNN from two rows for a 0.5B checkpoint's smallest weight (1,032,192
+# elements: 0.79x MKL's time at 2 rows) and every larger one. The bound lies between the two.
+BIG_WEIGHTS = KernelRule("oneDNN for weights of 2^19 elements or more", 0, 1 << 19, 5)
+
+
+def cpu_vendor() -> str:
+    """The CPU's vendor as /proc/cpuinfo names it (GenuineIntel, AuthenticAMD), or "" where it does not."""
+    try:
+        for line in _CPUINFO.read_text(errors="replace").splitlines():
+            if line.split(":")[0].strip() == "vendor_id":
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def rule_for(vendor: str) -> KernelRule:
+    """The kernel rule for a CPU vendor: MKL's fast paths on Intel's, product size elsewhere."""
+    return BIG_WEIGHTS if vendor == "GenuineIntel" else BY_SIZE
+
+
+RULE = rule_for(cpu_vendor())  # this CPU's
 
 
 def onednn_usable(weight: torch.Tensor) -> bool:
@@ -52,18 +92,19 @@ class PackedWeight:
         d_in, d_out = self.shape
         if self.dense is None:
             rows = 1
-        elif self.onednn is None:
+        elif self.onednn is None or d_in * d_out < RULE.min_weight:
             rows = None
         else:
-            rows = max(2, -(-ONEDNN_MIN_MACS // (d_in * d_out)))
+            rows = max(2, -(-RULE.min_macs // (d_in * d_out)))
         self.onednn_from = rows * d_in if rows else sys.maxsize
 
     @classmethod
     def of(cls, weight: torch.Tensor, bias: torch.Tensor | None = None) -> "PackedWeight":
-        """Pack an [in, out] weight (and its bias), with oneDNN's copy where oneDNN can run it."""
+        """Pack an [in, out] weight (and its bias), with oneDNN's copy where oneDNN can run it and this CPU's rule
+        sends it products."""
         weight = weight.detach()
         onednn = None
-        if onednn_usable(weight):
+        if onednn_usable(weight) and weight.numel() >= RULE.min_weight:
             # oneDNN reads [out, in] (a view, for the transposed nn.Linear weight `_pack` hands in). The layout it
             # picks for a batch of 16 rows served every row count from 2 to 80 as well as its own.
             onednn = torch.ops.mkldnn._reorder_linear_weight(weight.t().contiguous(), 16)

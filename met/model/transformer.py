@@ -8,20 +8,21 @@ from torch import nn
 
 from met.model.config import ModelConfig
 from met.model.kv_cache import PAD_ROOM, KVCache
+from met.model import packed
 from met.model.packed import PackedWeight
 
 # The version of the packed, cached inference path (fuse, _layer_cached, the cache layout) on each kind of
 # device. It is part of every plan digest: bump it when that path's kernels or layouts change there, so that
 # cost tables measured on the old path are refused rather than trusted. 2: head-major cache, norms folded into
 # [in, out] weights; 3: keys and values in one cache tensor, RoPE in place; 4 (CPU only): float32 products of
-# enough rows by oneDNN (met.model.packed).
+# enough rows by oneDNN (met.model.packed); 5 (an Intel CPU's): oneDNN for large weights alone. On a CPU the
+# version is the kernel rule's (packed.RULE.path_version).
 CACHED_PATH_VERSION = 3
-CPU_CACHED_PATH_VERSION = 4
 
 
 def cached_path_version(device: str | torch.device) -> int:
-    """The cached path's version on this device (CPU_CACHED_PATH_VERSION on a CPU)."""
-    return CPU_CACHED_PATH_VERSION if torch.device(device).type == "cpu" else CACHED_PATH_VERSION
+    """The cached path's version on this device (on a CPU, its kernel rule's)."""
+    return packed.RULE.path_version if torch.device(device).type == "cpu" else CACHED_PATH_VERSION
 
 
 @dataclass

@@ -4,14 +4,23 @@ import pytest
 import torch
 
 from met.model import packed
-from met.model.packed import ONEDNN_MIN_MACS, PackedWeight, onednn_usable
+from met.model.packed import BIG_WEIGHTS, BY_SIZE, PackedWeight, onednn_usable, rule_for
+from met.model.transformer import cached_path_version
 
 needs_onednn = pytest.mark.skipif(not onednn_usable(torch.zeros(1)), reason="this torch has no oneDNN")
 
 
+@pytest.fixture
+def rule(request, monkeypatch):
+    """Each CPU kind's kernel rule in turn, whatever this CPU is."""
+    monkeypatch.setattr(packed, "RULE", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("rows", [1, 2, 5, 16, 80])
 @pytest.mark.parametrize("bias", [False, True])
-def test_the_product_is_x_at_w_plus_bias_at_every_row_count(rows, bias):
+@pytest.mark.parametrize("rule", [BY_SIZE, BIG_WEIGHTS], ids=["by-size", "big-weights"], indirect=True)
+def test_the_product_is_x_at_w_plus_bias_at_every_row_count(rows, bias, rule):
     g = torch.Generator().manual_seed(rows)
     w, b = torch.randn(192, 576, generator=g), torch.randn(576, generator=g) if bias else None
     x = torch.randn(rows, 192, generator=g)
@@ -27,12 +36,13 @@ def test_leading_dimensions_are_kept():
 
 
 @needs_onednn
-def test_onednn_takes_products_from_the_threshold_up_and_mkl_the_rest(monkeypatch):
+def test_by_size_onednn_takes_products_from_the_threshold_up_and_mkl_the_rest(monkeypatch):
+    monkeypatch.setattr(packed, "RULE", BY_SIZE)
     calls = []
     real = torch.ops.mkldnn._linear_pointwise
     monkeypatch.setattr(packed, "_onednn_linear", lambda x, w, b: calls.append(x.shape[0]) or real(x, w, b, "none", [], ""))
     w = PackedWeight.of(torch.randn(192, 1024))
-    below = ONEDNN_MIN_MACS // (192 * 1024)  # rows whose product is just under the threshold
+    below = BY_SIZE.min_macs // (192 * 1024)  # rows whose product is just under the threshold
     w(torch.randn(below, 192))
     assert calls == []
     w(torch.randn(below + 1, 192))
@@ -60,6 +70,34 @@ def test_a_large_weight_is_held_once_and_multiplied_by_onednn_at_every_row_count
 
 
 @needs_onednn
-def test_a_single_row_of_a_smaller_weight_goes_to_mkl():
-    p = PackedWeight.of(torch.randn(896, 1152))  # past ONEDNN_MIN_MACS at one row, below ONEDNN_ONLY
+@pytest.mark.parametrize("rule", [BY_SIZE, BIG_WEIGHTS], ids=["by-size", "big-weights"], indirect=True)
+def test_a_single_row_of_a_smaller_checkpoint_weight_goes_to_mkl_and_two_to_onednn(rule):
+    p = PackedWeight.of(torch.randn(896, 1152))  # past 2^19 multiply-adds at one row, below ONEDNN_ONLY
     assert p.dense is not None and not p.uses_onednn(1) and p.uses_onednn(2)
+
+
+@needs_onednn
+def test_by_weights_the_embedded_models_products_go_to_mkl_at_every_row_count_and_keep_no_onednn_copy(monkeypatch):
+    monkeypatch.setattr(packed, "RULE", BIG_WEIGHTS)
+    calls = []
+    monkeypatch.setattr(packed, "_onednn_linear", lambda x, w, b: calls.append(x.shape[0]))
+    p = PackedWeight.of(torch.randn(192, 1024))
+    assert p.onednn is None
+    for rows in (1, 5, 80):
+        p(torch.randn(rows, 192))
+    assert calls == []
+
+
+def test_the_rule_follows_the_vendor_and_the_cpu_path_version_the_rule(tmp_path, monkeypatch):
+    assert rule_for("GenuineIntel") is BIG_WEIGHTS
+    assert rule_for("AuthenticAMD") is rule_for("") is BY_SIZE
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R)\n")
+    monkeypatch.setattr(packed, "_CPUINFO", info)
+    assert packed.cpu_vendor() == "GenuineIntel"
+    monkeypatch.setattr(packed, "_CPUINFO", tmp_path / "none")
+    assert packed.cpu_vendor() == ""
+    assert BY_SIZE.path_version != BIG_WEIGHTS.path_version  # a table measured under one is refused under the other
+    for r in (BY_SIZE, BIG_WEIGHTS):
+        monkeypatch.setattr(packed, "RULE", r)
+        assert cached_path_version("cpu") == r.path_version
