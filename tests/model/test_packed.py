@@ -10,6 +10,9 @@ from met.model.transformer import cached_path_version
 needs_onednn = pytest.mark.skipif(not onednn_usable(torch.zeros(1)), reason="this torch has no oneDNN")
 
 
+EACH_RULE = pytest.mark.parametrize("rule", [BY_SIZE, BIG_WEIGHTS], ids=["by-size", "big-weights"], indirect=True)
+
+
 @pytest.fixture
 def rule(request, monkeypatch):
     """Each CPU kind's kernel rule in turn, whatever this CPU is."""
@@ -19,7 +22,7 @@ def rule(request, monkeypatch):
 
 @pytest.mark.parametrize("rows", [1, 2, 5, 16, 80])
 @pytest.mark.parametrize("bias", [False, True])
-@pytest.mark.parametrize("rule", [BY_SIZE, BIG_WEIGHTS], ids=["by-size", "big-weights"], indirect=True)
+@EACH_RULE
 def test_the_product_is_x_at_w_plus_bias_at_every_row_count(rows, bias, rule):
     g = torch.Generator().manual_seed(rows)
     w, b = torch.randn(192, 576, generator=g), torch.randn(576, generator=g) if bias else None
@@ -70,7 +73,7 @@ def test_a_large_weight_is_held_once_and_multiplied_by_onednn_at_every_row_count
 
 
 @needs_onednn
-@pytest.mark.parametrize("rule", [BY_SIZE, BIG_WEIGHTS], ids=["by-size", "big-weights"], indirect=True)
+@EACH_RULE
 def test_a_single_row_of_a_smaller_checkpoint_weight_goes_to_mkl_and_two_to_onednn(rule):
     p = PackedWeight.of(torch.randn(896, 1152))  # past 2^19 multiply-adds at one row, below ONEDNN_ONLY
     assert p.dense is not None and not p.uses_onednn(1) and p.uses_onednn(2)
