@@ -18,6 +18,8 @@ import torch
 
 from met.exit_codes import EX_DATAERR, EX_NOINPUT
 from met.model.config import ModelConfig
+from met.model.cpuinfo import CPUINFO as _CPUINFO
+from met.model.cpuinfo import cpuinfo_field
 from met.model.dflash import DrafterError
 from met.model.digest_cache import cached_digest
 from met.model.eagle3 import read_eagle3_config
@@ -35,7 +37,6 @@ DRAFT_MODEL_MODES = ("decode", "verify", "draft_model")  # what a serve drafting
 EAGLE_MODES = ("decode", "verify", "draft_eagle")  # what a serve drafting with an EAGLE-3 head runs
 
 _BOX_CLASS = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")  # also a folder name under tables/
-_CPUINFO = Path("/proc/cpuinfo")
 # Words of a CPU or GPU name that say nothing about its speed.
 _NOISE = {"r", "tm", "cpu", "processor", "core", "with", "radeon", "graphics", "corporation"}
 
@@ -206,14 +207,9 @@ def device_name(device: str = "cpu") -> str:
 
 def cpu_model() -> str:
     """The CPU's model name from /proc/cpuinfo, or the platform's processor name where there is none."""
-    try:
-        for line in _CPUINFO.read_text(errors="replace").splitlines():
-            if line.split(":")[0].strip() in ("model name", "Model", "cpu model"):
-                name = line.partition(":")[2].strip()
-                if name:
-                    return name
-    except OSError:
-        pass
+    name = cpuinfo_field(("model name", "Model", "cpu model"), _CPUINFO)
+    if name:
+        return name
     import platform  # not at the top: only boxes without /proc/cpuinfo get here
 
     return platform.processor() or platform.machine() or "unknown"

@@ -15,16 +15,17 @@ GPU weights always take `x @ w`.
 
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
+
+from met.model.cpuinfo import CPUINFO as _CPUINFO
+from met.model.cpuinfo import cpuinfo_field
 
 # A weight of at least this many elements (in x out) is multiplied by oneDNN at every row count, a
 # single row included (one row by [2048, 8192]: 1,582 us against MKL's 2,508 on the AMD EPYC; on the
 # Intel Xeon MKL's 1.2-1.4x faster there), and its [in, out] copy is not kept: a checkpoint's large
 # matrices are held once.
 ONEDNN_ONLY = 1 << 22
-_CPUINFO = Path("/proc/cpuinfo")
 
 
 @dataclass(frozen=True)
@@ -49,13 +50,7 @@ BIG_WEIGHTS = KernelRule("oneDNN for weights of 2^19 elements or more", 0, 1 << 
 
 def cpu_vendor() -> str:
     """The CPU's vendor as /proc/cpuinfo names it (GenuineIntel, AuthenticAMD), or "" where it does not."""
-    try:
-        for line in _CPUINFO.read_text(errors="replace").splitlines():
-            if line.split(":")[0].strip() == "vendor_id":
-                return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return ""
+    return cpuinfo_field(("vendor_id",), _CPUINFO)
 
 
 def rule_for(vendor: str) -> KernelRule:

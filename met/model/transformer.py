@@ -6,9 +6,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from met.model import packed
 from met.model.config import ModelConfig
 from met.model.kv_cache import PAD_ROOM, KVCache
-from met.model import packed
 from met.model.packed import PackedWeight
 
 # The version of the packed, cached inference path (fuse, _layer_cached, the cache layout) on each kind of
