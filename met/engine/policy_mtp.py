@@ -163,7 +163,16 @@ class MtpPlannedPolicy:
         """The deepest a step of this width copies (plan.copy_depth: the table's verify depth and the copy pool)."""
         return copy_depth(self.state.table, width)
 
-    def plan(self, runner: ModelRunner, seqs: Sequence[SeqState]) -> StepPlan:
+    def unconfident(self, seqs: Sequence[SeqState]) -> bool:
+        """Whether no sequence has a previous first draft of this drafter: a first plan then reads the priors alone."""
+        return all(p is None for p in _previous_firsts(seqs, self.drafter))
+
+    def prior_rate(self, width: int) -> float:
+        """The most tokens/s a first plan of drafts can expect at this width when unconfident (SpecCostState.prior_rate)."""
+        return self.state.prior_rate(width, self.kmax(width))
+
+    def plan(self, runner: ModelRunner, seqs: Sequence[SeqState], weigh_copies: bool = True) -> StepPlan:
+        """The step's plan (weigh_copies False: drafts and plain decode alone, as where another planner weighs the copies)."""
         width = len(seqs)
         kmax = self.kmax(width)
         rooms = Rooms.read(runner, seqs)  # the plan's three clamps (its depth, its copies', the chosen) read them
@@ -171,7 +180,7 @@ class MtpPlannedPolicy:
         # a sequence the clamps leave no draft (its last token, no KV room) is not caught up: 0 rows to price
         behind = [_behind(runner, self.drafter, s.slot) if r else 0 for s, r in zip(seqs, room)]
         copies, copy_kmax = None, 0
-        if self.copies.copy_ngram and kmax:
+        if weigh_copies and self.copies.copy_ngram and kmax:
             copy_kmax = self.copy_kmax(width)
             copy_room = rooms.clamp(copy_kmax, COPY_POOLS)[0] if copy_kmax > kmax else room
             copies = self._weigh_copies(seqs, copy_room, copy_kmax)

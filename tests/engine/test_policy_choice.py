@@ -1,12 +1,13 @@
 """The measured planner across drafters: the best drafter's plan each step, and text as plain decoding's."""
 
+import random
 from collections import Counter
 from types import SimpleNamespace
 
 import pytest
 
 from met.engine.policy_base import PlainPolicy
-from met.engine.policy_choice import DrafterChoicePolicy
+from met.engine.policy_choice import DrafterChoicePolicy, _best
 from met.engine.policy_mtp import MtpPlannedPolicy
 from met.engine.proposer import Proposer
 from met.engine.requests import Failed, Finished, QueueSink, Request, SeqState
@@ -16,21 +17,23 @@ from met.engine.textstream import TextStream
 from met.speculative.spec_capacity import DEFAULT_POOLS
 from met.speculative.spec_cost import (AcceptanceCalibration, CarryBin, Cell, ConfidenceBin, CostTable, DrafterKey,
                                        PositionPrior, SpecCostState, TableKey)
+from met.speculative.spec_cost.plan import PlanSeq, unknown
 from eagle3_helpers import random_head
 from random_models import micro_model
 
 
-def fake_runner(asked: list):
-    """A runner of one-row catch-ups that records (drafter, depths) of each draft asked of it."""
+def fake_runner(asked: list, behind: int = 1):
+    """A runner whose drafters are `behind` rows behind, recording (drafter, depths) of each draft asked of it."""
     def drafting(kind):
         def draft(slots, depths, replan=None):
             asked.append((kind, list(depths)))
             return [Draft([40 + j for j in range(d)], [-0.1] * d) for d in depths]
         return draft
 
-    return SimpleNamespace(length=lambda slot: 10, max_len=128, mtp_behind=lambda slot: 1,
-                           draft_model=SimpleNamespace(behind_rows=lambda slot: 1),
-                           draft_mtp=drafting("mtp"), draft_small=drafting("draft"))
+    rows = SimpleNamespace(behind_rows=lambda slot: behind)
+    return SimpleNamespace(length=lambda slot: 10, max_len=128, mtp_behind=lambda slot: behind, draft_model=rows,
+                           eagle=rows, draft_mtp=drafting("mtp"), draft_small=drafting("draft"),
+                           draft_eagle=drafting("eagle"))
 
 
 def _state(kind: str, draft_per_k: float, accept: float = 0.9, after_sure: float | None = None) -> SpecCostState:
@@ -148,3 +151,55 @@ def test_three_drafters_take_turns_and_text_stays_plain_decodings():
     modes = _in_turn(choice)
     assert _drive(runner, choice, prompts) == plain
     assert modes["mtp"] > 0 and modes["draft"] > 0 and modes["eagle"] > 0
+
+
+def _asked(planner: MtpPlannedPolicy) -> list:
+    """Count the planner's plans: the list gets one entry per plan asked of it."""
+    calls, plan = [], planner.plan
+
+    def counted(runner, seqs, weigh_copies=True):
+        calls.append(weigh_copies)
+        return plan(runner, seqs, weigh_copies)
+
+    planner.plan = counted
+    return calls
+
+
+def test_a_drafter_dearer_and_less_accepted_is_not_asked_to_plan_until_it_has_confidences():
+    runner = fake_runner([])
+    choice = _choice(_state("mtp", 0.001, 0.9), _state("draft", 0.004, 0.5))
+    asked = _asked(choice.planners[1])
+    for seqs in (_seqs(1), _seqs(1, "mtp", [-0.01] * 4), _seqs(8)):
+        assert choice.plan(runner, seqs).mode == "mtp"
+    assert asked == []
+    # its own confidences are what its priors do not bound: then it plans
+    choice.plan(runner, _seqs(1, "draft", [-0.01] * 4))
+    assert asked == [False]  # and weighs no copies: the first planner's calibration has them
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_choice_that_skips_planners_chooses_as_one_that_asks_them_all(seed):
+    # the skip is exact: the drafter and the plan of a choice asking every planner, over random tables and steps
+    rng = random.Random(seed)
+    kinds = ("mtp", "draft", "eagle")
+    states = {k: _state(k, rng.uniform(0.0002, 0.006), rng.uniform(0.2, 0.98), rng.choice([None, 0.3, 0.97]))
+              for k in kinds}
+    width = rng.choice([1, 2, 5, 8])
+    by = rng.choice(["", *kinds])
+    seqs = _seqs(width, by, [rng.uniform(-3.0, 0.0) for _ in range(4)] if by else ())
+    runner = fake_runner([], rng.choice([0, 1, 60]))
+    choice = DrafterChoicePolicy([MtpPlannedPolicy(states[k], 4, DEFAULT_POOLS, k) for k in kinds])
+    every = [MtpPlannedPolicy(states[k], 4, DEFAULT_POOLS, k).plan(runner, seqs) for k in kinds]
+    expected = every[_best([p.decision for p in every], True)]
+    got = choice.plan(runner, seqs)
+    assert (got.mode, got.depths, got.decision) == (expected.mode, expected.depths, expected.decision)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_prior_rate_bounds_every_first_plan_without_confidences(seed):
+    rng = random.Random(seed)
+    state = _state("draft", rng.uniform(0.0002, 0.006), rng.uniform(0.2, 0.98))
+    width, kmax = rng.choice([1, 3, 8, 12]), rng.randint(0, 4)
+    facts = [PlanSeq((), None, rng.choice([0, 1, 5, 300]), rng.choice([None, 2, 40, 400])) for _ in range(width)]
+    assert state.plan(facts, kmax).tokens_per_s <= state.prior_rate(width, kmax)
+    assert state.plan(unknown(width), kmax).tokens_per_s == state.prior_rate(width, kmax)  # and is reached

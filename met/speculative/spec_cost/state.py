@@ -5,7 +5,8 @@ from dataclasses import dataclass, field
 
 from met.speculative.spec_cost.calibration import AcceptanceCalibration
 from met.speculative.spec_cost.keys import DrafterKey, DrafterMismatch, KeyMismatchError, TableKey
-from met.speculative.spec_cost.plan import PlanDecision, PlanSeq, drafting_saving, plan_depth, probe_pays
+from met.speculative.spec_cost.plan import (PlanDecision, PlanSeq, drafting_saving, estimate_depths, plan_depth,
+                                            probe_pays, unknown)
 from met.speculative.spec_cost.table import CostTable
 
 
@@ -24,6 +25,7 @@ class SpecCostState:
     serve_key: TableKey
     serve_drafter: DrafterKey
     _savings: dict[tuple[int, int], float] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _prior_rates: dict[tuple[int, int], float] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         mismatches = self.table.key.check(self.serve_key)
@@ -49,3 +51,16 @@ class SpecCostState:
         if saving is None:
             saving = self._savings[width, kmax] = drafting_saving(self.table, self.calibration, width, kmax)
         return probe_pays(self.table, self.calibration, width, kmax, behind, remaining, saving)
+
+    def prior_rate(self, width: int, kmax: int) -> float:
+        """The most tokens/s any first plan of drafts (no copies) expects at this width when no sequence has a
+        previous first draft of this drafter: the priors' best depth, nothing to catch up.
+
+        An upper bound of plan(...).tokens_per_s for such a step: the priors are what each sequence
+        expects, and a catch-up only adds to a depth's wall. Worked out once per (width, kmax).
+        """
+        rate = self._prior_rates.get((width, kmax))
+        if rate is None:
+            estimates = estimate_depths(self.table, self.calibration, unknown(width), kmax)
+            rate = self._prior_rates[width, kmax] = max(e.tokens_per_s for e in estimates)
+        return rate
