@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from met.bench.meters import EnergyUnavailable, open_meter
-from met.bench.spec_cost_cli import calibration_path
 from met.bench.table_files import Unwritable, resolve_out
+from met.bench.table_names import calibration_path, table_path
 from met.bench.tables_cli import Refusal, read_text
 from met.engine.identity import MODES, EagleHead, OwnDrafter, RunSettings, mtp_drafter_key, own_drafter, serve_table_key
 from met.exit_codes import EX_CONFIG, EX_DATAERR, EX_UNAVAILABLE
@@ -32,8 +32,6 @@ from met.speculative.spec_cost import (
     TableParseError,
 )
 from met.speculative.spec_cost.keys import shown
-
-TABLES_DIR = Path("tables")
 
 
 class BootError(Exception):
@@ -57,14 +55,12 @@ class MeasuredBoot:
 
 
 def default_table(box: str, recipe_name: str, draft_name: str | None = None, eagle_name: str | None = None) -> Path:
-    """tables/<box_class>/<recipe>.toml, where `met bench spec-cost` writes by default (its --out default); with a
-    draft model, tables/<box_class>/<recipe>.draft-<draft model>.toml; with an EAGLE-3 head,
-    tables/<box_class>/<recipe>.eagle-<head folder's name>.toml."""
+    """Where `met bench spec-cost` writes a table by default (table_names.table_path): tables/<box_class>/<recipe>.toml;
+    with a draft model, <recipe>.draft-<draft model>.toml; with an EAGLE-3 head, <recipe>.eagle-<head folder>.toml."""
     if draft_name is not None and eagle_name is not None:
         raise ValueError("a table prices one drafter: a draft model's or an EAGLE-3 head's, not both")
-    suffix = f".draft-{draft_name}" if draft_name is not None else f".eagle-{eagle_name}" if eagle_name else ""
-    return TABLES_DIR / box / f"{recipe_name}{suffix}.toml"
-
+    return table_path(box, recipe_name, f"draft-{draft_name}" if draft_name is not None
+                      else f"eagle-{eagle_name}" if eagle_name else None)
 
 
 def default_calibration(table: Path) -> Path:

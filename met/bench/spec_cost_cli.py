@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from met import __version__
+from met.bench.table_names import TABLES, calibration_path, table_path
 from met.choices import DEFAULT_RECIPE, ENERGY_CHOICES
 from met.exit_codes import (EX_CANTCREAT, EX_CONFIG, EX_DATAERR, EX_INTERRUPTED, EX_NOINPUT, EX_OK, EX_TEMPFAIL,
                             EX_UNAVAILABLE)
@@ -142,9 +143,6 @@ class Refusal(Exception):
         self.code = code
 
 
-TABLES = "tables"  # the folder of measured tables a serve plans from (tables/<box_class>/<recipe>.toml)
-
-
 def in_tables_folder(out: Path) -> bool:
     """Whether `out` (or a symlink's target) lies under a folder named tables/, where committed tables live."""
     try:
@@ -152,12 +150,6 @@ def in_tables_folder(out: Path) -> bool:
     except (OSError, RuntimeError):  # a name too long, a symlink loop: the lock or the write check refuses it
         places = [out.absolute()]
     return any(TABLES in place.parent.parts for place in places)
-
-
-def calibration_path(table: Path) -> Path:
-    """Where the calibration of a table goes: `x.toml` -> `x.calibration.toml`."""
-    stem = table.name.removesuffix(".toml")
-    return table.with_name(f"{stem}.calibration.toml")
 
 
 MAX_SWEEP_WIDTH = 256  # as serve's --max-batch: every slot's KV cache is allocated up front
@@ -414,11 +406,8 @@ def _refuse_foreign(req: Request, output: Output, old: Existing) -> None:
 
 
 def _default_out(box: str, name: str, drafter: str, own_name: str | None) -> Path:
-    """Where the table goes without --out: tables/<box>/<recipe>.toml, .dflash.toml, .draft-<draft model>.toml or
-    .eagle-<head>.toml (where the measured boot looks for it: measured_boot.default_table, which imports this
-    module)."""
-    suffix = ".dflash" if drafter == "dflash" else "" if own_name is None else f".{own_name}"
-    return Path(TABLES) / box / f"{name}{suffix}.toml"
+    """Where the table goes without --out (table_names.table_path), where the measured boot looks for it."""
+    return table_path(box, name, "dflash" if drafter == "dflash" else own_name)
 
 
 def _table_paths(out: Path | None, box: str, name: str, owners: list[tuple[str, str | None]]) -> list[Path]:

@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bench_runs import FolderWatch, ForkServer
-from met.bench.spec_cost_cli import calibration_path
+from met.bench.table_names import calibration_path
 from met.bench.tables_cli import tables_app
 from met.exit_codes import EX_OK, EX_TEMPFAIL
 from met.speculative.spec_cost import AcceptanceCalibration, CostTable

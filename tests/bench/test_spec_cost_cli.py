@@ -10,7 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 from met.bench import meters, spec_cost_cli
-from met.bench.spec_cost_cli import calibration_path
+from met.bench.table_names import calibration_path
 from met.bench.table_files import TableLock
 from met.cli import app
 from met.exit_codes import (EX_CANTCREAT, EX_CONFIG, EX_DATAERR, EX_INTERRUPTED, EX_NOINPUT, EX_OK, EX_TEMPFAIL,

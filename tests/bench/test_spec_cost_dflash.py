@@ -5,7 +5,7 @@ from dataclasses import asdict, replace
 import pytest
 from typer.testing import CliRunner
 
-from met.bench.spec_cost_cli import calibration_path
+from met.bench.table_names import calibration_path
 from met.cli import app
 from met.engine.identity import RunSettings, plan_digests
 from met.exit_codes import EX_CONFIG, EX_NOINPUT, EX_OK

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from met.bench import measured_boot as boot
 from met.bench.measured_boot import BootError, MeasuredBoot
-from met.bench.spec_cost_cli import calibration_path
+from met.bench.table_names import calibration_path
 from met.cli import app
 from met.engine.identity import (DRAFT_MODEL_MODES, RunSettings, draft_model_config, draft_model_drafter_key,
                                  serve_table_key)

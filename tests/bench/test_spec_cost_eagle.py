@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 from eagle3_helpers import random_head, save_head
 from met.bench import measured_boot as boot
 from met.bench.measured_boot import BootError, MeasuredBoot
-from met.bench.spec_cost_cli import calibration_path
+from met.bench.table_names import calibration_path
 from met.cli import app
 from met.engine.identity import (EAGLE_MODES, RunSettings, eagle_config, eagle_drafter_key, eagle_head,
                                  serve_table_key)

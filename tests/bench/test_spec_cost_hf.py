@@ -5,7 +5,7 @@ from typer.testing import CliRunner
 
 from checkpoint_helpers import checkpoint
 from met.bench.loop_sweep import NothingTimed
-from met.bench.spec_cost_cli import calibration_path
+from met.bench.table_names import calibration_path
 from met.cli import app
 from met.exit_codes import EX_DATAERR, EX_OK
 from met.model.recipes import hf_recipe
