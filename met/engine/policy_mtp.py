@@ -154,14 +154,20 @@ class MtpPlannedPolicy:
                                    shared_ngram=LOOKUP_MAX_NGRAM if shared else 0)
         self._copies: list[list[int]] = []  # the copies the last plan weighed, one per sequence
         self._shared: list[bool] = []  # whether each of them came from the shared lookup cache
+        self._kmax: dict[int, int] = {}  # by width: kmax and copy_kmax, asked every plan, fixed for the serve
+        self._copy_kmax: dict[int, int] = {}
 
     def kmax(self, width: int) -> int:
         """The deepest a step of this width plans: the table's, the model's MTP depth and the verify pool, the least."""
-        return planned_kmax(width, self.state.table.kmax, self.num_drafts, self.pools)
+        if (known := self._kmax.get(width)) is None:
+            known = self._kmax[width] = planned_kmax(width, self.state.table.kmax, self.num_drafts, self.pools)
+        return known
 
     def copy_kmax(self, width: int) -> int:
         """The deepest a step of this width copies (plan.copy_depth: the table's verify depth and the copy pool)."""
-        return copy_depth(self.state.table, width)
+        if (known := self._copy_kmax.get(width)) is None:
+            known = self._copy_kmax[width] = copy_depth(self.state.table, width)
+        return known
 
     def unconfident(self, seqs: Sequence[SeqState]) -> bool:
         """Whether no sequence has a previous first draft of this drafter: a first plan then reads the priors alone."""

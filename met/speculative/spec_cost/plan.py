@@ -229,17 +229,20 @@ def estimate_copies(table: CostTable, seqs: Sequence[PlanSeq], kmax: int | None 
     """
     width = len(seqs)
     deepest = table.verify_depth(width) if kmax is None else min(kmax, table.verify_depth(width))
-    copies = [s.copy for s in seqs]
-    for i, c in enumerate(copies):
-        if c is not None and len(c) <= deepest:
-            raise ValueError(f"sequence {i}'s copy holds {len(c)} depths; the plan needs 0..={deepest}")
+    copies = [s.copy for s in seqs if s.copy is not None]
+    for i, s in enumerate(seqs):
+        if s.copy is not None and len(s.copy) <= deepest:
+            raise ValueError(f"sequence {i}'s copy holds {len(s.copy)} depths; the plan needs 0..={deepest}")
+    # every copy's expected accepted drafts at each depth, summed (the planner's hot loop: one pass)
+    accepted = copies[0] if len(copies) == 1 else [sum(c[k] for c in copies) for k in range(deepest + 1)]
+    copying = (True,) * width
     estimates = []
     for k in range(1, deepest + 1):
         cell = table.verify_cell(width, k)
-        tokens = width + sum(c[k] for c in copies if c is not None)
-        estimates.append(DepthEstimate(k, tokens, cell.verify_s, cell.verify_j, tokens / cell.verify_s,
-                                       None if cell.verify_j is None else tokens / cell.verify_j, "lookup",
-                                       (True,) * width))
+        tokens = width + accepted[k]
+        joules = cell.verify_j
+        estimates.append(DepthEstimate(k, tokens, cell.verify_s, joules, tokens / cell.verify_s,
+                                       None if joules is None else tokens / joules, "lookup", copying))
     return estimates
 
 
