@@ -149,7 +149,7 @@ def policies_section(path: Path, data: dict) -> list[str]:
     if data.get("checks"):
         lines += ["", "| the planner's check | verdict | figures |", "|---|---|---|"]
         for check in data["checks"]:
-            verdict = "PASS" if check["passed"] else "FAIL"
+            verdict = {True: "PASS", False: "FAIL"}.get(check["passed"], "N/A")
             lines.append(f"| {check['name']} | {verdict} | {check['figures'].replace('|', '/')} |")
     return lines + [""]
 
@@ -302,14 +302,16 @@ def index_page(boxes: dict[str, list[tuple[str, Path, dict]]]) -> str:
     lines += ["", "## The planner's checks at a glance", "",
               "Each `met bench policies` run's verdicts on the planner's three checks (within 3% of every fixed "
               "depth at every concurrency; 10% ahead of the best fixed depth on average; 1.8x plain decode at "
-              "concurrency 1), and whether greedy outputs were identical. The runs' tables are on each box's page.", "",
+              "concurrency 1; where a choice among drafters ran, at least its best drafter's planner at every "
+              "concurrency and 5% ahead of it on average), and whether greedy outputs were identical. The runs' tables are on each box's page.", "",
               "| box class | run | ran at | dtype | repeats | checks | outputs identical |",
               "|---|---|---|---|---:|---|---|"]
     for box, files in sorted(boxes.items()):
         runs = sorted(((p, d) for k, p, d in files if k == "policies"), key=lambda pd: pd[1]["meta"].get("when", ""))
         for path, data in runs:
             name = run_name(path)
-            verdicts = " / ".join("PASS" if c["passed"] else "FAIL" for c in data.get("checks", [])) or "-"
+            verdicts = " / ".join({True: "PASS", False: "FAIL"}.get(c["passed"], "N/A")
+                                  for c in data.get("checks", [])) or "-"
             dtype = data["meta"].get("machine", {}).get("dtype", "-")
             lines.append(f"| `{box}` | `{name}` | {data['meta'].get('when', '-')} | {dtype} | "
                          f"{data['meta'].get('workload', {}).get('repeats', '-')} | {verdicts} | "

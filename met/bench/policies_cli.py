@@ -153,7 +153,9 @@ def policies(
     <met serve --spec choice>-measured. Each runs at every concurrency, interleaved over the repeats (the order
     reversed every other repeat); greedy outputs must be identical everywhere. Prints and writes the
     report with PASS/FAIL for the planner's three checks (within 3% of every fixed depth, 10% ahead
-    of the best fixed depth on average, 1.8x plain decode at concurrency 1), each paired ratio with
+    of the best fixed depth on average, 1.8x plain decode at concurrency 1) and, for each choice among
+    drafters, a fourth (at least the best of its drafters' planners at every concurrency, 5% ahead of
+    it on average), each paired ratio with
     a distribution-free interval for its median (from 5 repeats on), so a verdict within the box's
     noise reads as such (a FAIL there is a result, not an error: the status stays 0).
 

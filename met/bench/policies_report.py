@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from met.bench.policies import FIXED_DEPTHS, Run, policy_drafters
+from met.bench.policies import CHOICE_POLICIES, FIXED_DEPTHS, Run, policy_drafters
 from met.bench.policies_identity import Mismatch
 from met.engine.runner import RECURSIVE_DRAFTERS
 from met.speculative.spec_cost import CostTable
@@ -17,6 +17,8 @@ from met.speculative.spec_cost import CostTable
 WITHIN_BEST = 0.97  # the planner's tokens/s at least this share of the best fixed depth's, at every concurrency
 AHEAD_OF_AVERAGE = 1.10  # ... and this many times the fixed depth that is best on average
 WIDTH1_SPEEDUP = 1.8  # ... and this many times speculation off at concurrency 1
+CHOICE_FLOOR = 1.0  # a choice among drafters at least this many times the best single drafter's planner, everywhere
+CHOICE_AHEAD = 1.05  # ... and this many times it on average (geometric mean over the concurrencies)
 INTERVAL_LEVEL = 0.9  # least coverage of the interval given beside each paired ratio (median_interval)
 
 
@@ -147,14 +149,15 @@ def median_interval(values: Sequence[float], level: float = INTERVAL_LEVEL) -> t
     return found
 
 
-def _interval(runs: Sequence[Run], b: str, c: int) -> str:
-    """The interval of the planner's paired ratio over b at concurrency c: " [0.910, 0.990] 93%" ("": too few)."""
-    interval = median_interval(paired_ratios(runs, "measured", b, c))
+def _interval(runs: Sequence[Run], b: str, c: int, a: str = "measured") -> str:
+    """The interval of a's (the planner's) paired ratio over b at concurrency c: " [0.910, 0.990] 93%" ("": too few)."""
+    interval = median_interval(paired_ratios(runs, a, b, c))
     return f" [{interval[0]:.3f}, {interval[1]:.3f}] {interval[2]:.0%}" if interval else ""
 
 
 def checks(rows: Sequence[Row], runs: Sequence[Run]) -> list[Check]:
-    """The planner's three checks, decided on paired ratios (paired_ratio), each with the figures behind it."""
+    """The planner's three checks, and one per choice among drafters that ran, decided on paired ratios
+    (paired_ratio), each with the figures behind it."""
     rate = {(r.policy, r.concurrency): r.tokens_per_s for r in rows if r.tokens_per_s > 0}  # 0: every run failed
     concurrencies = sorted({r.concurrency for r in rows})
     fixed = [f"fixed-{k}" for k in FIXED_DEPTHS if all((f"fixed-{k}", c) in rate for c in concurrencies)]
@@ -202,7 +205,28 @@ def checks(rows: Sequence[Row], runs: Sequence[Run]) -> list[Check]:
                          f"{rate['measured', 1] / rate['off', 1]:.2f}x"))
     else:
         out.append(Check(name, None, "needs policies off and measured at concurrency 1"))
+    for choice in [p for p in dict.fromkeys(r.policy for r in rows) if p in CHOICE_POLICIES]:
+        out.append(_choice_check(choice, rate, concurrencies, runs))
     return out
+
+
+def _choice_check(choice: str, rate: dict, concurrencies: Sequence[int], runs: Sequence[Run]) -> Check:
+    """A choice among drafters against the best of its drafters' own planners at each concurrency (the one with
+    the most median tokens/s there): at least CHOICE_FLOOR of it everywhere, CHOICE_AHEAD on average."""
+    singles = ["measured" if d == "mtp" else f"{d}-measured" for d in policy_drafters(choice)]
+    name = (f"{choice} >= {CHOICE_FLOOR}x the best of {', '.join(singles)} at every concurrency and >= "
+            f"{CHOICE_AHEAD}x it on average (geometric mean over the concurrencies)")
+    if not all((p, c) in rate for p in (choice, *singles) for c in concurrencies):
+        return Check(name, None, f"needs {choice} and {', '.join(singles)} at every concurrency")
+    ratios, parts = [], []
+    for c in concurrencies:
+        best = max(singles, key=lambda p: rate[p, c])
+        ratios.append(paired_ratio(runs, choice, best, c) or 0.0)
+        parts.append(f"c={c}: {ratios[-1]:.3f}{_interval(runs, best, c, choice)} of {best}")
+    mean = _geomean(ratios)
+    return Check(name, min(ratios) >= CHOICE_FLOOR and mean >= CHOICE_AHEAD,
+                 f"{'; '.join(parts)}; on average {mean:.3f} (needs >= {CHOICE_FLOOR} at each, >= {CHOICE_AHEAD} "
+                 "on average)")
 
 
 def verdict_lines(results: Sequence[Check]) -> list[str]:

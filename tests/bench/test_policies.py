@@ -502,3 +502,24 @@ def test_cli_without_out_dir_writes_a_new_folder_of_its_own_not_the_kept_results
     for folder in folders:
         doc = json.loads((folder / "policies.json").read_text())
         assert doc["meta"]["command"].endswith(f"--out-dir {folder.relative_to(tmp_path)}")
+
+
+def _timed(policy: str, c: int, repeat: int, seconds: float) -> pol.Run:
+    """A run of 100 tokens in `seconds`."""
+    return pol.Run(policy, c, repeat, 100, seconds, 0, 0, 0, 0, (), (), (), 100, seconds, ())
+
+
+def test_a_choice_is_checked_against_the_best_of_its_drafters_planners_at_each_concurrency():
+    # c=1: MTP's planner is the best single one, c=4 the draft model's; the choice is 2% and 10% ahead of them
+    speeds = {1: {"measured": 1.0, "draft-measured": 1.2, "mtp+draft-measured": 0.98},
+              4: {"measured": 1.3, "draft-measured": 1.0, "mtp+draft-measured": 0.909}}
+    runs = [_timed(p, c, k, s * (1 + k / 10)) for c, by in speeds.items() for p, s in by.items() for k in range(5)]
+    check = checks(summarise(runs, None), runs)[-1]
+    assert check.name.startswith("mtp+draft-measured >= 1.0x the best of measured, draft-measured")
+    assert check.passed is True, check.figures
+    assert "c=1: 1.020" in check.figures and "of measured" in check.figures and "c=4: 1.100" in check.figures
+    slower = [_timed(r.policy, r.concurrency, r.repeat, r.seconds * (1.05 if r.policy.startswith("mtp+") and
+                                                                     r.concurrency == 1 else 1.0)) for r in runs]
+    assert checks(summarise(slower, None), slower)[-1].passed is False  # 0.971 at c=1, though 1.03 on average
+    alone = [r for r in runs if r.policy != "draft-measured"]
+    assert checks(summarise(alone, None), alone)[-1].passed is None  # no draft model planner to compare with
