@@ -1,5 +1,7 @@
 """Prompt lookup's calibration: judging copies, the fit's bins, expected accepted drafts, the file, the planner's copies."""
 
+import random
+
 import pytest
 
 from met.speculative.spec_cost import (AcceptanceCalibration, Cell, CostTable, DrafterKey, TableKey, TableParseError,
@@ -7,7 +9,7 @@ from met.speculative.spec_cost import (AcceptanceCalibration, Cell, CostTable, D
 from met.speculative.spec_cost.lookup import (FIT_DEPTH, FIT_EDGES, LOOKUP_MAX_NGRAM, SHARED_MIN_NGRAM, LookupBin,
                                               copy_accepted_by_depth, copy_lengths, fit_lookup, fit_shared_lookup,
                                               judged_copies, judged_shared_copies, shared_copy_params)
-from met.speculative.spec_cost.plan import PlanSeq, estimate_copies, plan_depth, unknown
+from met.speculative.spec_cost.plan import PlanSeq, _estimate_depths, choose, estimate_copies, plan_depth, unknown
 
 DRAFTER = DrafterKey("mtp", "r", "d")
 
@@ -201,3 +203,26 @@ def test_a_mixed_step_goes_no_deeper_than_the_copies_go():
     cal = AcceptanceCalibration(DRAFTER, 0.8, 1000)
     plan = plan_depth(_wide_table(), cal, [PlanSeq(copy=[0.0, 0.99]), PlanSeq()], 0.0, copy_kmax=1)
     assert plan.source == "mixed" and plan.k == 1 and plan.copying == (True, False)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_fastest_copy_alone_is_what_a_plan_by_tokens_per_second_chooses_among_all_copies(seed):
+    # a table without joules: plan_depth keeps only the fastest copy depth, and chooses as it would among them all
+    rng = random.Random(seed)
+    verify = sorted(rng.uniform(2.0, 6.0) for _ in range(4))
+    base = _table(verify, [0.0] + sorted(rng.uniform(0.5, 3.0) for _ in range(3)))
+    table = CostTable(base.key, base.cells, {},
+                      [VerifyCell(1, k, verify[-1] / 1000 * rng.uniform(0.95, 1.3)) for k in range(4, 9)])
+    cal = AcceptanceCalibration(DRAFTER, rng.uniform(0.3, 0.9), 1000, position_priors=[])
+    running = 0.0
+    copy = [0.0]
+    for _ in range(8):
+        running += rng.choice([0.0, 0.3, 0.9, 1.0])
+        copy.append(running)
+    seqs = [PlanSeq(copy=copy)]
+    every = estimate_copies(table, seqs, 8)
+    [fastest] = estimate_copies(table, seqs, 8, fastest_only=True)
+    assert fastest == max(every, key=lambda e: e.tokens_per_s) and fastest.k == min(
+        e.k for e in every if e.tokens_per_s == fastest.tokens_per_s)
+    drafting = _estimate_depths(table, cal, seqs, None)[0]
+    assert plan_depth(table, cal, seqs, 0.1, copy_kmax=8) == choose(drafting + every, 0.1)

@@ -219,13 +219,16 @@ def copy_depth(table: CostTable, width: int) -> int:
     return min(table.verify_depth(width), COPY_POOLS.max_drafts(width))
 
 
-def estimate_copies(table: CostTable, seqs: Sequence[PlanSeq], kmax: int | None = None) -> list[DepthEstimate]:
+def estimate_copies(table: CostTable, seqs: Sequence[PlanSeq], kmax: int | None = None,
+                    fastest_only: bool = False) -> list[DepthEstimate]:
     """The expected tokens, wall, energy and their rates of copying 1..=kmax deep for a step of these sequences.
 
     A sequence's `copy`: its copy's expected accepted drafts at depths 0, 1, ... (at least kmax + 1
     values; None: it has no copy, and decodes one token in the step). A copy costs the verify
     alone, no drafter pass: its verify cell's verify_s where the table measured one, else the
     cell's (as deep as the table's verify_depth at this width; kmax None: that deep).
+    fastest_only: just the depth of the most tokens/s (the shallowest of equals), all a plan by
+    tokens/s alone (a table without joules) can choose among copies.
     """
     width = len(seqs)
     deepest = table.verify_depth(width) if kmax is None else min(kmax, table.verify_depth(width))
@@ -235,10 +238,15 @@ def estimate_copies(table: CostTable, seqs: Sequence[PlanSeq], kmax: int | None 
             raise ValueError(f"sequence {i}'s copy holds {len(s.copy)} depths; the plan needs 0..={deepest}")
     # every copy's expected accepted drafts at each depth, summed (the planner's hot loop: one pass)
     accepted = copies[0] if len(copies) == 1 else [sum(c[k] for c in copies) for k in range(deepest + 1)]
+    cells = table.verify_row(width)
+    depths = range(1, deepest + 1)
+    if fastest_only and deepest:
+        rates = [(width + accepted[k]) / cells[k].verify_s for k in depths]
+        depths = (rates.index(max(rates)) + 1,)
     copying = (True,) * width
     estimates = []
-    for k in range(1, deepest + 1):
-        cell = table.verify_cell(width, k)
+    for k in depths:
+        cell = cells[k]
         tokens = width + accepted[k]
         joules = cell.verify_j
         estimates.append(DepthEstimate(k, tokens, cell.verify_s, joules, tokens / cell.verify_s,
@@ -304,7 +312,7 @@ def plan_depth(table: CostTable, calibration: AcceptanceCalibration, seqs: Seque
     if drafted == 0 and any(s.copy is not None for s in seqs):
         drafts = table.kmax if kmax is None else min(kmax, table.kmax)
         deepest = drafts if copy_kmax is None else copy_kmax
-        estimates += estimate_copies(table, seqs, deepest)
+        estimates += estimate_copies(table, seqs, deepest, fastest_only=not table.has_energy)
         if len(seqs) > 1:  # both kinds in one step: as deep as both go
             estimates += estimate_mixed(table, seqs, drafting, min(drafts, deepest))
     return choose(estimates, slack)

@@ -140,6 +140,7 @@ class CostTable:
     _copies_made: dict[tuple[int, int], Cell | VerifyCell] = field(init=False, repr=False, compare=False)
     _widths: tuple[int, ...] = field(init=False, repr=False, compare=False)  # the planner asks every step
     _between: dict[tuple[int, int], Cell] = field(init=False, repr=False, compare=False)  # interpolated, made once
+    _rows: dict[int, tuple] = field(init=False, repr=False, compare=False)
     _deepest: dict[int, int] = field(init=False, repr=False, compare=False)  # measured widths' deepest verify cells
     _depths: dict[int, int] = field(init=False, repr=False, compare=False)  # verify_depth's answers, made once
 
@@ -177,6 +178,7 @@ class CostTable:
         deepest = {c.n: c.k for c in self.verify_cells}  # sorted by (n, k): each width's last is its deepest
         object.__setattr__(self, "_deepest", deepest)
         object.__setattr__(self, "_depths", {})
+        object.__setattr__(self, "_rows", {})  # verify_row's, by width
 
     @property
     def widths(self) -> tuple[int, ...]:
@@ -261,6 +263,14 @@ class CostTable:
             made = _between(lo, hi, n, k)
         self._copies_made[n, k] = made
         return made
+
+    def verify_row(self, n: int) -> tuple[Cell | VerifyCell, ...]:
+        """verify_cell(n, k) for every k in 0..=verify_depth(n), made once per width (the planner weighs every
+        copy depth of a step)."""
+        row = self._rows.get(n)
+        if row is None:
+            row = self._rows[n] = tuple(self.verify_cell(n, k) for k in range(self.verify_depth(n) + 1))
+        return row
 
     def step_joules(self, n: int, k: int, drafted: bool = True, draft_width: int | None = None) -> float | None:
         """Joules of a step that verified k drafts per sequence at width n (and drafted them, unless a host did).
