@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from met.bench import policies as pol
-from met.bench.measured_boot import MeasuredBoot, boot_measured, default_calibration, default_table
+from met.bench.measured_boot import boot_default
 from met.engine.identity import box_class, resolve_run
 from met.engine.runner import ModelRunner
 from met.model.recipes import embedded
@@ -81,10 +81,7 @@ def main() -> int:
     box = box_class(settings.device, None)
     recipe = embedded("met-tiny-py")
     small = draft_model_for(recipe, args.draft_model)
-    table, draft_table = default_table(box, recipe.name), default_table(box, recipe.name, small.name)
-    mtp = boot_measured(recipe, settings, MeasuredBoot(table, default_calibration(table), 0.1, "none"))
-    draft = boot_measured(recipe, settings, MeasuredBoot(draft_table, default_calibration(draft_table), 0.1, "none"),
-                          draft=small)
+    (table, mtp), (draft_table, draft) = boot_default(recipe, settings), boot_default(recipe, settings, small)
     factories = pol.policy_factories(POLICIES, recipe.config.mtp_depth, VerifyPools(DEFAULT_POOLS.tiers), mtp,
                                      os.environ, draft_model=True, draft_state=draft)
     model, drafter = recipe.load(torch.float32, "cpu"), small.load(torch.float32, "cpu")

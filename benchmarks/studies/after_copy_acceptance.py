@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from met.bench import policies as pol
-from met.bench.measured_boot import MeasuredBoot, boot_measured, default_calibration, default_table
+from met.bench.measured_boot import boot_default
 from met.engine.identity import box_class, resolve_run
 from met.engine.runner import ModelRunner
 from met.model.recipes import embedded
@@ -49,8 +49,7 @@ def main() -> int:
     settings = resolve_run("cpu", "float32")
     box = box_class(settings.device, None)
     recipe = embedded("met-tiny-py")
-    table = default_table(box, recipe.name)
-    state = boot_measured(recipe, settings, MeasuredBoot(table, default_calibration(table), 0.1, "none"))
+    table, state = boot_default(recipe, settings)
     factory = pol.policy_factories(["measured"], recipe.config.mtp_depth, VerifyPools(DEFAULT_POOLS.tiers), state,
                                    os.environ)["measured"]
     runner = ModelRunner(recipe.load(torch.float32, "cpu"), 1)

@@ -18,7 +18,8 @@ from met.bench.meters import EnergyUnavailable, open_meter
 from met.bench.table_files import Unwritable, resolve_out
 from met.bench.table_names import calibration_path, table_path
 from met.bench.tables_cli import Refusal, read_text
-from met.engine.identity import MODES, EagleHead, OwnDrafter, RunSettings, mtp_drafter_key, own_drafter, serve_table_key
+from met.engine.identity import (MODES, EagleHead, OwnDrafter, RunSettings, box_class, mtp_drafter_key, own_drafter,
+                                 serve_table_key)
 from met.exit_codes import EX_CONFIG, EX_DATAERR, EX_UNAVAILABLE
 from met.model.recipes import Recipe
 from met.speculative.spec_cost import (
@@ -147,3 +148,13 @@ def boot_measured(recipe: Recipe, settings: RunSettings, boot: MeasuredBoot,
     table = load_table(boot.table, boot.table_option)
     calibration = load_calibration(boot.calibration)
     return check(table, calibration, serve_key, drafter, boot.slack, boot.table)
+
+
+def boot_default(recipe: Recipe, settings: RunSettings, draft: Recipe | None = None,
+                 slack: float = 0.1) -> tuple[Path, SpecCostState]:
+    """The table at this box's default path for the recipe (and draft model), booted with its calibration as a
+    serve given no table option boots it, without an energy source: (the table's path, its state). BootError as
+    boot_measured."""
+    table = default_table(box_class(settings.device, None), recipe.name, draft.name if draft is not None else None)
+    return table, boot_measured(recipe, settings, MeasuredBoot(table, default_calibration(table), slack, "none"),
+                                draft=draft)
