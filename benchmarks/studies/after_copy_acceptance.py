@@ -5,10 +5,10 @@ planner's first plan reads the calibration's position priors, fitted on a decode
 step. A copy step ends where the text stops repeating its history, which may be where the MTP
 module is least sure. This runs `met bench policies`' workload at concurrency 1 (its held-out
 prompts x --max-tokens, the measured policy on this box's table and calibration: greedy, so one run
-says it all) and groups the steps where MTP drafted by the kind of step before them: how often the first draft was
+says it all) and
+groups the steps where MTP drafted by the kind of step before them: how often the first draft was
 accepted, the drafts accepted per step, and what the first plan expected at its depth (at width 1,
-its expected tokens less the bonus). The priors' first-position rate is given beside, and the
-calibration's after-copy rate, which the first plan reads after a copy where the calibration has one.
+its expected tokens less the bonus). The priors' first-position rate is given beside.
 
     python3 benchmarks/studies/after_copy_acceptance.py   # prints a markdown table; --out FILE also writes it
 """
@@ -28,7 +28,6 @@ from met.engine.identity import box_class, resolve_run
 from met.engine.runner import ModelRunner
 from met.model.recipes import embedded
 from met.speculative.spec_capacity import DEFAULT_POOLS, VerifyPools
-from met.speculative.spec_cost.calibration import AFTER_COPY
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: report.py
 from report import publish
@@ -72,13 +71,11 @@ def main() -> int:
     policy.observe = noted
     pol.run_once(runner, policy, recipe.id, prompts, args.max_tokens)
     prior = state.calibration.p_accept(None, 1)
-    after = state.calibration.p_carried(AFTER_COPY, 1)  # the prior again where the calibration has no after-copy rates
     lines = ["# MTP drafting after a copy step: acceptance against the first plan's expectation", "",
              f"Command: `python3 {' '.join(sys.argv)}`; box class `{box}`, `{platform.platform()}`, torch "
              f"{torch.__version__}, one thread; table `{table}`; {len(prompts)} held-out prompts x {args.max_tokens} "
              f"tokens at concurrency 1, the measured policy. The calibration's prior for a first "
-             f"draft: {prior:.3f}; its rate for a first draft after a copy: "
-             f"{after:.3f}{'' if state.calibration.after_copy else ' (no after-copy rates: the prior)'}.", "",
+             f"draft: {prior:.3f}.", "",
              "| step before | MTP steps | first draft accepted | drafts accepted per step | the first plan expected |",
              "|---|---:|---:|---:|---:|"]
     for kind, (steps, first, accepted, expected) in sorted(groups.items(), key=lambda kv: -kv[1][0]):
