@@ -9,13 +9,6 @@ drafts at a fixed depth; a draft is *judged*
 when every draft before it in its chain was accepted, and each judged draft gives one outcome
 (its top-1 log-prob, accepted or not, its 1-based position, and the top-1 log-prob of the first
 draft of its sequence's step before: the carry-over's input; None on a sequence's first step).
-
-A step at a copy's end gives AFTER_COPY there instead: one whose pending token the history's copy
-mispredicted, where the history's last AFTER_COPY_MATCH tokens or more recurred earlier (so a copy
-from that earlier occurrence had been right until the pending token). That is where a copy
-verified by the measured planner stops, and where the drafter's next drafts fare worse than its
-priors say (benchmarks/studies/after_copy_acceptance.py). Shorter matches of byte tokens recur
-everywhere and say nothing of a copy.
 """
 
 import os
@@ -31,13 +24,10 @@ from met.model.corpus import calibration_windows
 from met.model.eagle3 import Eagle3Head
 from met.model.tokenizer import BYTES, Tokenizer
 from met.model.transformer import Transformer
-from met.speculative.prompt_lookup import PromptLookup
 from met.speculative.spec_cost import AcceptanceCalibration, DrafterKey
-from met.speculative.spec_cost.calibration import AFTER_COPY
-from met.speculative.spec_cost.lookup import copy_params, fit_lookup, fit_shared_lookup
+from met.speculative.spec_cost.lookup import fit_lookup, fit_shared_lookup
 
 Outcome = tuple[float | None, bool, int, float | None]  # (top-1 log-prob, accepted, position, previous first's)
-AFTER_COPY_MATCH = 4  # the shortest recurring suffix whose continuation's miss marks a step as at a copy's end
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,13 +91,6 @@ def judged(draft: Draft, accepted: int, previous: float | None = None) -> Iterat
         yield confidence, position <= accepted, position, previous
 
 
-def copy_missed(history: PromptLookup, pending: int) -> bool:
-    """Whether the history's copy, from a recurring suffix of at least AFTER_COPY_MATCH tokens, mispredicted the
-    token after it (`pending`): a step starting there is at a copy's end."""
-    n, copy = history.matched_copy(1)
-    return n >= AFTER_COPY_MATCH and copy[0] != pending
-
-
 _PROPOSE = {"mtp": "draft_mtp", "draft": "draft_small", "eagle": "draft_eagle"}  # drafter -> its ModelRunner method
 
 
@@ -135,7 +118,6 @@ def collect(model: Transformer, prompts: list[list[int]], params: CalibrationPar
         firsts = runner.prefill(slots, batch, [Sampling()] * len(batch))
         generated = {slot: [first] for slot, first in zip(slots, firsts)}
         previous: dict[int, float | None] = dict.fromkeys(slots)  # each slot's last first-draft log-prob
-        history = {slot: PromptLookup(copy_params(), batch[slot]) for slot in slots}  # all but the pending token
         live = slots
         while live:
             depths = [max(0, min(params.depth, runner.room(s), params.new_tokens - len(generated[s]) - 1))
@@ -144,11 +126,8 @@ def collect(model: Transformer, prompts: list[list[int]], params: CalibrationPar
             results = runner.verify(live, drafts)
             still = []
             for slot, draft, result in zip(live, drafts, results):
-                pending = generated[slot][-1]
-                before = AFTER_COPY if copy_missed(history[slot], pending) else previous[slot]
-                outcomes.extend(judged(draft, result.accepted, before))
+                outcomes.extend(judged(draft, result.accepted, previous[slot]))
                 previous[slot] = draft.confidences[0] if draft.confidences else None
-                history[slot].extend([pending, *result.tokens[:-1]])
                 generated[slot] += result.tokens
                 if len(generated[slot]) >= params.new_tokens or eos_ids.intersection(result.tokens) or \
                         runner.room(slot) < 1:

@@ -72,7 +72,6 @@ from met.speculative.ladder import mtp_ladder_drafts
 from met.speculative.mtp_gate import MtpGate, Mode
 from met.speculative.spec_capacity import COPY_POOLS, VerifyPools, planned_kmax
 from met.speculative.spec_cost import SpecCostState
-from met.speculative.spec_cost.calibration import AFTER_COPY
 from met.speculative.spec_cost.lookup import LOOKUP_MAX_NGRAM
 from met.speculative.spec_cost.plan import PlanSeq, copy_depth
 
@@ -171,9 +170,8 @@ class MtpPlannedPolicy:
         return known
 
     def unconfident(self, seqs: Sequence[SeqState]) -> bool:
-        """Whether no sequence has a previous first draft of this drafter: a first plan then reads the priors (and
-        the after-copy rates) alone."""
-        return all(p is None or p == AFTER_COPY for p in _previous_firsts(seqs, self.drafter))
+        """Whether no sequence has a previous first draft of this drafter: a first plan then reads the priors alone."""
+        return all(p is None for p in _previous_firsts(seqs, self.drafter))
 
     def prior_rate(self, width: int) -> float:
         """The most tokens/s a first plan of drafts can expect at this width when unconfident (SpecCostState.prior_rate)."""
@@ -264,11 +262,9 @@ class MtpPlannedPolicy:
 
 
 def _previous_firsts(seqs: Sequence[SeqState], drafter: str) -> list[float | None]:
-    """Each sequence's previous step's first-draft confidence: AFTER_COPY where that step verified a copy (the
-    calibration's after-copy rates), None where it was plain or another drafter drafted it (whose confidences
-    this drafter's calibration does not read)."""
-    return [s.confidences[0] if s.confidences and s.drafted_by == drafter else AFTER_COPY if s.copied else None
-            for s in seqs]
+    """Each sequence's previous step's first-draft confidence (None: that step was plain, had none, or another drafter
+    drafted it, whose confidences this drafter's calibration does not read)."""
+    return [s.confidences[0] if s.confidences and s.drafted_by == drafter else None for s in seqs]
 
 
 class MtpFixedPolicy:

@@ -113,7 +113,6 @@ class SeqState:
     generated: list[int] = field(default_factory=list)  # tokens the client got: no EOS, none past a stop string
     confidences: list[float] = field(default_factory=list)  # the drafter's confidences of the last step's drafts
     drafted_by: str = ""  # the step mode that drafted them ("mtp", "draft"): a planner reads only its own drafter's
-    copied: bool = False  # the last step verified a copy (drafts without confidences) for it
     drafted: int = 0  # drafts verified for it so far
     accepted: int = 0  # of those, accepted
     finish: str | None = None  # set when the sequence must leave at the end of this tick

@@ -285,7 +285,6 @@ class Scheduler:
             # only the prefix up to the first rejection is known to match: the runner stops judging there
             self.stats.record_verify([i < r.accepted for i in range(k)])
             seq.confidences, seq.drafted_by = list(d.confidences), plan.mode
-            seq.copied = bool(d.tokens) and not d.confidences
             seq.proposer.observe(k, r.accepted, r.tokens)
             seq.drafted, seq.accepted = seq.drafted + k, seq.accepted + r.accepted
             streamed += self._emit(seq, r.tokens, r.logprobs or ())

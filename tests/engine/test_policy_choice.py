@@ -36,30 +36,25 @@ def fake_runner(asked: list, behind: int = 1):
                            draft_eagle=drafting("eagle"))
 
 
-def _state(kind: str, draft_per_k: float, accept: float = 0.9, after_sure: float | None = None,
-           after_copy: float | None = None) -> SpecCostState:
+def _state(kind: str, draft_per_k: float, accept: float = 0.9, after_sure: float | None = None) -> SpecCostState:
     """A planner state whose draft passes cost draft_per_k each and whose drafts are accepted at `accept` (after a
-    sure first draft the step before: at after_sure, default `accept`; after a copy: after_copy, default the priors)."""
+    sure first draft the step before: at after_sure, default `accept`)."""
     mode = {"mtp": "draft_mtp", "draft": "draft_model", "eagle": "draft_eagle"}[kind]
     key = TableKey("box", "r@d", "none", {"decode": "a", "verify": "b", mode: kind})
     cells = [Cell(n, k, 0.010 + 0.002 * k, draft_per_k * k) for n in (1, 8) for k in range(5)]
     drafter = DrafterKey(kind, kind, "d")
     bins = [ConfidenceBin(-2.0, accept / 4, 500), ConfidenceBin(0.0, accept, 500)]
     carry = [CarryBin(-2.0, (0.05,), (200,)), CarryBin(0.0, (after_sure or accept,) * 4, (300, 280, 260, 250))]
-    after = [PositionPrior(1, after_copy, 300)] if after_copy is not None else []
-    cal = AcceptanceCalibration(drafter, accept, 2000, bins, [PositionPrior(1, accept, 500)], {}, carry,
-                                after_copy=after)
+    cal = AcceptanceCalibration(drafter, accept, 2000, bins, [PositionPrior(1, accept, 500)], {}, carry)
     return SpecCostState(CostTable(key, cells), cal, 0.1, key, drafter)
 
 
-def _seqs(n: int, drafted_by: str = "", confidences=(), copied=()) -> list[SeqState]:
-    """n sequences whose last step drafted_by drafted with these confidences; copied[i]: sequence i's copied."""
+def _seqs(n: int, drafted_by: str = "", confidences=()) -> list[SeqState]:
     out = []
     for i in range(n):
         req = Request(str(i), (1, 2, 3), 100)
         out.append(SeqState(req, QueueSink(), i, Proposer("off", req.prompt), TextStream(),
-                            confidences=list(confidences), drafted_by=drafted_by,
-                            copied=bool(copied) and copied[i]))
+                            confidences=list(confidences), drafted_by=drafted_by))
     return out
 
 
@@ -187,12 +182,11 @@ def test_a_choice_that_skips_planners_chooses_as_one_that_asks_them_all(seed):
     # the skip is exact: the drafter and the plan of a choice asking every planner, over random tables and steps
     rng = random.Random(seed)
     kinds = ("mtp", "draft", "eagle")
-    states = {k: _state(k, rng.uniform(0.0002, 0.006), rng.uniform(0.2, 0.98), rng.choice([None, 0.3, 0.97]),
-                        rng.choice([None, 0.1, 0.99])) for k in kinds}
+    states = {k: _state(k, rng.uniform(0.0002, 0.006), rng.uniform(0.2, 0.98), rng.choice([None, 0.3, 0.97]))
+              for k in kinds}
     width = rng.choice([1, 2, 5, 8])
     by = rng.choice(["", *kinds])
-    seqs = _seqs(width, by, [rng.uniform(-3.0, 0.0) for _ in range(4)] if by else (),
-                 [rng.random() < 0.5 for _ in range(width)] if not by else ())
+    seqs = _seqs(width, by, [rng.uniform(-3.0, 0.0) for _ in range(4)] if by else ())
     runner = fake_runner([], rng.choice([0, 1, 60]))
     choice = DrafterChoicePolicy([MtpPlannedPolicy(states[k], 4, DEFAULT_POOLS, k) for k in kinds])
     every = [MtpPlannedPolicy(states[k], 4, DEFAULT_POOLS, k).plan(runner, seqs) for k in kinds]
@@ -209,22 +203,3 @@ def test_the_prior_rate_bounds_every_first_plan_without_confidences(seed):
     facts = [PlanSeq((), None, rng.choice([0, 1, 5, 300]), rng.choice([None, 2, 40, 400])) for _ in range(width)]
     assert state.plan(facts, kmax).tokens_per_s <= state.prior_rate(width, kmax)
     assert state.plan(unknown(width), kmax).tokens_per_s == state.prior_rate(width, kmax)  # and is reached
-
-
-def test_after_a_copy_a_planner_reads_its_calibrations_after_copy_rates():
-    # sure drafts by the priors, unsure after a copy's end: a copied sequence decodes plainly, the others draft
-    runner = fake_runner([])
-    planner = MtpPlannedPolicy(_state("mtp", 0.002, 0.9, after_copy=0.05), 4, DEFAULT_POOLS, "mtp")
-    assert planner.plan(runner, _seqs(1)).depth > 0
-    assert planner.plan(runner, _seqs(1, copied=[True])).depth == 0
-    # without after-copy rates a copied sequence reads the priors, as before
-    plain = MtpPlannedPolicy(_state("mtp", 0.002, 0.9), 4, DEFAULT_POOLS, "mtp")
-    assert plain.plan(runner, _seqs(1, copied=[True])).decision == plain.plan(runner, _seqs(1)).decision
-
-
-def test_a_planner_sure_after_a_copy_is_asked_after_one_though_its_priors_lose():
-    # the draft model's priors lose to MTP's, but after a copy's end it is sure: the bound holds its after-copy rates
-    runner = fake_runner([])
-    choice = _choice(_state("mtp", 0.002, 0.6), _state("draft", 0.002, 0.3, after_copy=0.99))
-    assert choice.plan(runner, _seqs(1)).mode == "mtp"
-    assert choice.plan(runner, _seqs(1, copied=[True])).mode == "draft"

@@ -7,9 +7,9 @@ import pytest
 
 from met.engine.generate import generate
 from met.engine.policy import PolicyConfig, build_policy
-from met.engine.policy_base import PlainPolicy, StepPlan
+from met.engine.policy_base import PlainPolicy
 from met.engine.requests import Failed, Finished, QueueSink, Request
-from met.engine.runner import Draft, ModelRunner, Sampling, VerifyResult
+from met.engine.runner import ModelRunner, Sampling, VerifyResult
 from met.engine.scheduler import Draining, Scheduler
 from met.model.dflash import DflashConfig, DflashDrafter
 from met.model.tokenizer import EOS, decode, encode
@@ -427,34 +427,3 @@ def test_a_wrapped_policy_copies_as_the_policy_it_wraps(model):
         sched = Scheduler(ModelRunner(model, 2), policy, "micro@t")
         assert sched._proposer(Request("a", (5, 6, 7, 5, 6), 4)).host_draft(2).tokens == []  # 2 < min n-gram 3
         assert sched._proposer(Request("a", (5, 6, 7, 5, 6, 7), 4)).host_draft(2).tokens == [5, 6]
-
-
-
-class _CopiesEveryOtherStep(PlainPolicy):
-    """Verifies a copy of the pending token (drafts without confidences, as the measured planner's copies) on
-    even ticks and decodes plainly on odd ones."""
-
-    name = "copies"
-
-    def __init__(self) -> None:
-        self.ticks = 0
-
-    def plan(self, runner, seqs):
-        self.ticks += 1
-        return StepPlan("lookup", 1, (1,) * len(seqs), "copy") if self.ticks % 2 else super().plan(runner, seqs)
-
-    def draft(self, runner, seqs, plan):
-        if plan.mode != "lookup":
-            return super().draft(runner, seqs, plan)
-        return [Draft([s.generated[-1] if s.generated else 97], []) for s in seqs]
-
-
-def test_a_sequence_knows_whether_its_last_step_verified_a_copy(model):
-    # a copy (drafts without confidences) marks it; a plain row after it clears the mark
-    sched = Scheduler(ModelRunner(model, 1), _CopiesEveryOtherStep(), "micro@t")
-    sched.submit(Request("0", (97, 98, 99), 12), QueueSink())
-    marks = []
-    for _ in range(6):
-        sched.tick()
-        marks += [seq.copied for seq in sched.running]
-    assert marks[:4] == [True, False, True, False]

@@ -19,7 +19,6 @@ ROUNDING = 1e-4  # a float32 log_softmax can put a top-1 log-prob a hair above 0
 # The fit's starting bins, as top-1 probabilities: bin i holds log-probs in (log P[i-1], log P[i]].
 # Adjacent bins are then merged until each holds MIN_OUTCOMES; the last bin always ends at 0.
 FIT_EDGES = tuple(p / 20 for p in range(1, 19)) + (0.95, 0.975, 0.99, 1.0)
-AFTER_COPY = 1.0  # a step's `previous` when the step before it verified a copy (no log-prob is above 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,13 +97,6 @@ class AcceptanceCalibration:
     by the length of the match they copy from (met.speculative.spec_cost.lookup), fitted on the
     same greedy generations. With it the measured planner may verify a copy instead of drafting;
     without it (a calibration written before it existed) the planner drafts only with the drafter.
-
-    `after_copy` (optional) holds the accept rates by position of a step that follows a copy's end:
-    a copy stops where the text stops repeating its history, and the drafter is less sure there than
-    its position priors say (benchmarks/studies/after_copy_acceptance.py). Such a step has no
-    previous draft of the drafter; its `previous` is AFTER_COPY, and positions past these rates take
-    the position priors. Fitted on the steps of the calibration's decode whose pending token the
-    history's copy mispredicted; a calibration without it answers with the position priors.
     `shared_lookup` (optional) has the same rates for copies from other requests (the tenant's shared
     lookup cache), by their match length from SHARED_MIN_NGRAM, judged only where that match was
     longer than the history's own; without it the planner copies from each sequence's own history only.
@@ -119,10 +111,8 @@ class AcceptanceCalibration:
     carryover: tuple[CarryBin, ...] | Iterable[CarryBin] = ()
     lookup: tuple[LookupBin, ...] | Iterable[LookupBin] = ()
     shared_lookup: tuple[LookupBin, ...] | Iterable[LookupBin] = ()
-    after_copy: tuple[PositionPrior, ...] | Iterable[PositionPrior] = ()
     _uppers: list[float] = field(init=False, repr=False, compare=False)  # the bins' uppers, for bisect
     _positions: list[int] = field(init=False, repr=False, compare=False)  # the priors' positions, for bisect
-    _after_positions: list[int] = field(init=False, repr=False, compare=False)  # after_copy's positions
     _carry_uppers: list[float] = field(init=False, repr=False, compare=False)  # the carry-over bins' uppers
     _carried: dict[int, tuple[float, ...]] = field(init=False, repr=False, compare=False)  # per carry bin, made once
     # per ask: (match, length, depth, shared) -> expected accepted drafts by depth
@@ -134,20 +124,23 @@ class AcceptanceCalibration:
         object.__setattr__(self, "p_overall", fields.probability(self.p_overall, "overall.p_accept"))
         fields.whole(self.outcomes, "overall.outcomes", MIN_OUTCOMES, 1 << 62)
         bins, priors, carry = tuple(self.bins), tuple(self.position_priors), tuple(self.carryover)
-        after = tuple(self.after_copy)
         _check_uppers("bins", bins, ConfidenceBin)
         for i in range(1, len(bins)):
             if bins[i].p_accept < bins[i - 1].p_accept:
                 raise TableParseError(f"bins[{i}].p_accept", bins[i].p_accept, f"is below bins[{i - 1}].p_accept "
                                       f"({bins[i - 1].p_accept}); the rate never falls as confidence rises")
-        _check_positions("position_priors", priors)
-        _check_positions("after_copy", after)
+        for i, prior in enumerate(priors):
+            if not isinstance(prior, PositionPrior):
+                raise TableParseError(f"position_priors[{i}]", prior, "is not a PositionPrior")
+            if i and prior.position <= priors[i - 1].position:
+                raise TableParseError(f"position_priors[{i}].position", prior.position,
+                                      f"is not after position_priors[{i - 1}].position ({priors[i - 1].position})")
         _check_uppers("carryover", carry, CarryBin)
         lookup, shared = tuple(self.lookup), tuple(self.shared_lookup)
         check_bins(lookup)
         check_bins(shared, SHARED_MIN_NGRAM, "shared_lookup")
         counted = (("bins", sum(b.outcomes for b in bins)), ("position_priors", sum(p.outcomes for p in priors)),
-                   ("carryover", sum(sum(c.outcomes) for c in carry)), ("after_copy", sum(p.outcomes for p in after)))
+                   ("carryover", sum(sum(c.outcomes) for c in carry)))
         for name, total in counted:
             if total > self.outcomes:
                 raise TableParseError(name, None, f"count more outcomes than the overall outcomes ({self.outcomes})",
@@ -155,8 +148,6 @@ class AcceptanceCalibration:
         object.__setattr__(self, "bins", bins)
         object.__setattr__(self, "position_priors", priors)
         object.__setattr__(self, "carryover", carry)
-        object.__setattr__(self, "after_copy", after)
-        object.__setattr__(self, "_after_positions", [p.position for p in after])
         object.__setattr__(self, "lookup", lookup)
         object.__setattr__(self, "shared_lookup", shared)
         object.__setattr__(self, "meta", MappingProxyType(fields.meta(self.meta)))
@@ -173,8 +164,7 @@ class AcceptanceCalibration:
 
         A judged draft is (top-1 log-prob or None, accepted, 1-based position), optionally with a
         fourth value: the top-1 log-prob of the first draft of its sequence's previous step (None:
-        there was none), or AFTER_COPY for a step at a copy's end. Drafts with a log-prob there fit the
-        carry-over, those with AFTER_COPY the after-copy rates.
+        there was none). Drafts with that value fit the carry-over.
         """
         rows = [_outcome(row, i) for i, row in enumerate(outcomes)]
         if len(rows) < MIN_OUTCOMES:
@@ -182,16 +172,19 @@ class AcceptanceCalibration:
                                 "run more prompts through met bench spec-cost")
         accepted = sum(row[1] for row in rows)
         bins = _monotone(_merge_small(_by_confidence([(c, ok, 1) for c, ok, _, _ in rows if c is not None], 1)))
-        priors = _priors([(ok, position) for _, ok, position, _ in rows])
-        after = _priors([(ok, position) for _, ok, position, prev in rows if prev == AFTER_COPY])
-        carried = [(prev, ok, pos) for _, ok, pos, prev in rows if prev is not None and prev != AFTER_COPY]
+        by_position: dict[int, list[int]] = {}
+        for _, ok, position, _ in rows:
+            slot = by_position.setdefault(position, [0, 0])
+            slot[0] += 1
+            slot[1] += ok
+        priors = [PositionPrior(pos, a / n, n) for pos, (n, a) in sorted(by_position.items()) if n >= MIN_OUTCOMES]
+        carried = [(prev, ok, pos) for _, ok, pos, prev in rows if prev is not None]
         carry = []
         if carried:
             deepest = max(pos for _, _, pos in carried)
             carry = [_carry_bin(u, counts) for u, counts in _merge_small(_by_confidence(carried, deepest))]
         return cls(drafter, accepted / len(rows), len(rows),
-                   [ConfidenceBin(u, a / n, n) for u, (n, a) in bins], priors, meta or {}, carry, lookup, shared_lookup,
-                   after)
+                   [ConfidenceBin(u, a / n, n) for u, (n, a) in bins], priors, meta or {}, carry, lookup, shared_lookup)
 
     def p_accept(self, confidence: float | None, position: int) -> float:
         """P(accept) of the draft at `position` (1-based) with top-1 log-prob `confidence` (None: unknown)."""
@@ -208,22 +201,16 @@ class AcceptanceCalibration:
     def p_carried(self, previous: float | None, position: int) -> float:
         """P(accept) of a step's draft at `position` after a step whose first draft had top-1 log-prob `previous`.
 
-        The carry-over's rate where it has one; after a copy (`previous` AFTER_COPY), the after-copy
-        rate at the position, or at the deepest before it; else (no previous draft, no carry-over, or a
+        The carry-over's rate where it has one; else (no previous draft, no carry-over, or a
         position past its bin's) the position's prior.
         """
         index = self.carry_index(previous)
         if index >= 0 and position <= len(rates := self.carryover[index].p_accept):
             return rates[position - 1]
-        if index == -2 and (i := bisect_left(self._after_positions, position + 1) - 1) >= 0:
-            return self.after_copy[i].p_accept
         return self.p_accept(None, position)
 
     def carry_index(self, previous: float | None) -> int:
-        """The carry-over bin a previous first draft's log-prob falls in; -2 after a copy where the after-copy rates
-        apply; -1 where none applies (the priors do)."""
-        if previous == AFTER_COPY:
-            return -2 if self.after_copy else -1
+        """The carry-over bin a previous first draft's log-prob falls in; -1 where none applies (the priors do)."""
         if previous is None or not self.carryover:
             return -1
         if not previous <= ROUNDING:  # also refuses NaN
@@ -288,8 +275,6 @@ class AcceptanceCalibration:
         arrays = {"bins": [{"upper": b.upper, "p_accept": b.p_accept, "outcomes": b.outcomes} for b in self.bins],
                   "position_priors": [{"position": p.position, "p_accept": p.p_accept, "outcomes": p.outcomes}
                                       for p in self.position_priors],
-                  **({"after_copy": [{"position": p.position, "p_accept": p.p_accept, "outcomes": p.outcomes}
-                                     for p in self.after_copy]} if self.after_copy else {}),
                   "carryover": [{"upper": c.upper, "p_accept": list(c.p_accept), "outcomes": list(c.outcomes)}
                                 for c in self.carryover],
                   **{name: [{"min_match": b.min_match, "max_match": b.max_match, "p_accept": list(b.p_accept),
@@ -311,7 +296,7 @@ class AcceptanceCalibration:
             raise TableParseError("key", None, "belongs to a cost table: this file is a cost table, not a drafter's "
                                   "calibration", show_value=False)
         fields.shape(doc, "", ("schema", "drafter", "overall"),
-                     ("bins", "position_priors", "meta", "carryover", "lookup", "shared_lookup", "after_copy"))
+                     ("bins", "position_priors", "meta", "carryover", "lookup", "shared_lookup"))
         drafter = _part(doc, "drafter", ("kind", "name", "digest"), DrafterKey)
         overall = fields.table(doc, "overall", "")
         try:
@@ -320,32 +305,11 @@ class AcceptanceCalibration:
             raise exc.within("overall") from None
         bins = _parts(doc, "bins", ("upper", "p_accept", "outcomes"), ConfidenceBin)
         priors = _parts(doc, "position_priors", ("position", "p_accept", "outcomes"), PositionPrior)
-        after = _parts(doc, "after_copy", ("position", "p_accept", "outcomes"), PositionPrior)
         carry = _parts(doc, "carryover", ("upper", "p_accept", "outcomes"), CarryBin)
         lookup, shared = (_parts(doc, name, ("min_match", "max_match", "p_accept", "outcomes"), LookupBin)
                           for name in ("lookup", "shared_lookup"))
         return cls(drafter, overall["p_accept"], overall["outcomes"], bins, priors, doc.get("meta", {}), carry, lookup,
-                   shared, after)
-
-
-def _check_positions(name: str, priors: tuple) -> None:
-    """Priors by position: each a PositionPrior, positions strictly rising."""
-    for i, prior in enumerate(priors):
-        if not isinstance(prior, PositionPrior):
-            raise TableParseError(f"{name}[{i}]", prior, "is not a PositionPrior")
-        if i and prior.position <= priors[i - 1].position:
-            raise TableParseError(f"{name}[{i}].position", prior.position,
-                                  f"is not after {name}[{i - 1}].position ({priors[i - 1].position})")
-
-
-def _priors(rows: list[tuple[bool, int]]) -> list[PositionPrior]:
-    """The accept rate at each position of (accepted, position) rows, where MIN_OUTCOMES rest on it."""
-    by_position: dict[int, list[int]] = {}
-    for ok, position in rows:
-        slot = by_position.setdefault(position, [0, 0])
-        slot[0] += 1
-        slot[1] += ok
-    return [PositionPrior(pos, a / n, n) for pos, (n, a) in sorted(by_position.items()) if n >= MIN_OUTCOMES]
+                   shared)
 
 
 def _check_uppers(name: str, bins: tuple, kind: type) -> None:
@@ -391,8 +355,7 @@ def _outcome(row: object, i: int) -> tuple[float | None, bool, int, float | None
     if not isinstance(accepted, bool):
         raise TableParseError(f"outcomes[{i}].accepted", accepted, "is not a bool")
     fields.whole(position, f"outcomes[{i}].position", 1, MAX_POSITION)
-    return confidence, accepted, position, \
-        AFTER_COPY if previous == AFTER_COPY else _log_prob(previous, f"outcomes[{i}].previous")
+    return confidence, accepted, position, _log_prob(previous, f"outcomes[{i}].previous")
 
 
 def _log_prob(value: object, field: str) -> float | None:

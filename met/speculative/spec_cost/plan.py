@@ -81,8 +81,7 @@ class PlanSeq(NamedTuple):
     """One sequence of a step as the planner sees it; every field may be left out (PlanSeq(): the priors alone)."""
 
     confidences: Sequence[float | None] = ()  # its drafts' top-1 log-probs this step, in chain order (a replan's)
-    previous: float | None = None  # its previous step's first-draft top-1 log-prob (None: plain, or none;
-    # calibration.AFTER_COPY: that step verified a copy)
+    previous: float | None = None  # its previous step's first-draft top-1 log-prob (None: plain, or none)
     behind: int = 0  # MTP rows its block is behind (0: none to catch up, or a sequence the step will not draft for)
     remaining: int | None = None  # tokens it may still emit (None: unknown, and then no catch-up is priced)
     copy: Sequence[float] | None = None  # a first plan's copy from its history: expected accepted drafts at depths

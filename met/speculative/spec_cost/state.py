@@ -3,10 +3,10 @@
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from met.speculative.spec_cost.calibration import AFTER_COPY, AcceptanceCalibration
+from met.speculative.spec_cost.calibration import AcceptanceCalibration
 from met.speculative.spec_cost.keys import DrafterKey, DrafterMismatch, KeyMismatchError, TableKey
 from met.speculative.spec_cost.plan import (PlanDecision, PlanSeq, drafting_saving, estimate_depths, plan_depth,
-                                            probe_pays)
+                                            probe_pays, unknown)
 from met.speculative.spec_cost.table import CostTable
 
 
@@ -54,15 +54,13 @@ class SpecCostState:
 
     def prior_rate(self, width: int, kmax: int) -> float:
         """The most tokens/s any first plan of drafts (no copies) expects at this width when no sequence has a
-        previous first draft of this drafter: every sequence at the better of the priors and the after-copy
-        rates at each depth, nothing to catch up.
+        previous first draft of this drafter: the priors' best depth, nothing to catch up.
 
-        An upper bound of plan(...).tokens_per_s for such a step: each sequence expects the priors or
-        the after-copy rates, and a catch-up only adds to a depth's wall. Worked out once per (width, kmax).
+        An upper bound of plan(...).tokens_per_s for such a step: the priors are what each sequence
+        expects, and a catch-up only adds to a depth's wall. Worked out once per (width, kmax).
         """
         rate = self._prior_rates.get((width, kmax))
         if rate is None:
-            kinds = [estimate_depths(self.table, self.calibration, [PlanSeq(previous=p)] * width, kmax)
-                     for p in (None, AFTER_COPY)]
-            rate = self._prior_rates[width, kmax] = max(e.tokens_per_s for estimates in kinds for e in estimates)
+            estimates = estimate_depths(self.table, self.calibration, unknown(width), kmax)
+            rate = self._prior_rates[width, kmax] = max(e.tokens_per_s for e in estimates)
         return rate
