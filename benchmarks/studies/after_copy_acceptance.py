@@ -8,7 +8,9 @@ prompts x --max-tokens, the measured policy on this box's table and calibration:
 says it all) and
 groups the steps where MTP drafted by the kind of step before them: how often the first draft was
 accepted, the drafts accepted per step, and what the first plan expected at its depth (at width 1,
-its expected tokens less the bonus). The priors' first-position rate is given beside.
+its expected tokens less the bonus). The priors' first-position rate is given beside. A second
+table splits the same steps by the longest recurring suffix of the history when the step was
+planned (the copy the planner weighed; 0: none): where a long one is left the planner copies.
 
     python3 benchmarks/studies/after_copy_acceptance.py   # prints a markdown table; --out FILE also writes it
 """
@@ -55,8 +57,13 @@ def main() -> int:
     runner = ModelRunner(recipe.load(torch.float32, "cpu"), 1)
     prompts = pol.heldout_workload_prompts(args.prompts)
     groups: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0, 0.0])  # steps, first accepted, accepted, expected
-    policy, before = factory(), ["prefill"]
-    observe = policy.observe
+    by_match: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # steps, first accepted
+    policy, before, match = factory(), ["prefill"], [0]
+    observe, plan_step = policy.observe, policy.plan
+
+    def planned(runner, seqs):
+        match[0] = seqs[0].proposer.matched_copy(1)[0]
+        return plan_step(runner, seqs)
 
     def noted(plan, outcomes, seconds):
         if step_kind(plan) == "mtp":
@@ -65,10 +72,13 @@ def main() -> int:
             g[1] += outcomes[0].accepted >= 1
             g[2] += outcomes[0].accepted
             g[3] += plan.decision.expected_tokens - 1.0
+            m = by_match[before[0], "none" if not match[0] else "1-3" if match[0] < 4 else "4 or more"]
+            m[0] += 1
+            m[1] += outcomes[0].accepted >= 1
         before[0] = step_kind(plan)
         observe(plan, outcomes, seconds)
 
-    policy.observe = noted
+    policy.plan, policy.observe = planned, noted
     pol.run_once(runner, policy, recipe.id, prompts, args.max_tokens)
     prior = state.calibration.p_accept(None, 1)
     lines = ["# MTP drafting after a copy step: acceptance against the first plan's expectation", "",
@@ -80,6 +90,10 @@ def main() -> int:
              "|---|---:|---:|---:|---:|"]
     for kind, (steps, first, accepted, expected) in sorted(groups.items(), key=lambda kv: -kv[1][0]):
         lines.append(f"| {kind} | {steps} | {first / steps:.3f} | {accepted / steps:.2f} | {expected / steps:.2f} |")
+    lines += ["", "| step before | history's match when planned | MTP steps | first draft accepted |",
+              "|---|---|---:|---:|"]
+    for (kind, length), (steps, first) in sorted(by_match.items(), key=lambda kv: (-groups[kv[0][0]][0], kv[0][1])):
+        lines.append(f"| {kind} | {length} | {steps} | {first / steps:.3f} |")
     lines += ["", "Drafts accepted per step count those the step verified: replans made while drafting may stop "
               "short of the first plan's depth, so they bound it from below; the first draft's rate has no such "
               "bound."]
