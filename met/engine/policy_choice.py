@@ -52,12 +52,11 @@ class DrafterChoicePolicy:
         planned: list[tuple[MtpPlannedPolicy, StepPlan]] = []
         for planner in self.planners:
             if planned and self._by_rate and planner is not self._copier and planner.unconfident(seqs):
-                leader = planned[_best([p.decision for _, p in planned], True) if len(planned) > 1 else 0]
-                if planner.prior_rate(width) <= leader[1].decision.tokens_per_s * (1.0 + TIE):
+                leader = planned[_best([p.decision for _, p in planned], True)][1].decision
+                if planner.prior_rate(width) <= leader.tokens_per_s * (1.0 + TIE):
                     continue  # the scan below would not choose it over the leader, whatever it planned
             planned.append((planner, planner.plan(runner, seqs, weigh_copies=planner is self._copier)))
-        best = _best([p.decision for _, p in planned], self._by_rate) if len(planned) > 1 else 0
-        self._chosen, plan = planned[best]
+        self._chosen, plan = planned[_best([p.decision for _, p in planned], self._by_rate)]
         return StepPlan(plan.mode, plan.depth, plan.depths, f"{self._chosen.drafter}: {plan.why}",
                         plan.decision, plan.table, plan.shared)
 
