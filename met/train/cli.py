@@ -53,7 +53,9 @@ def train_cmd(
     batch: Annotated[int | None, typer.Option(min=1, help=f"Sequences per step [default: {_D.batch}].",
                                               show_default=False)] = None,
     seq_len: Annotated[int | None, typer.Option(
-        min=8, help=f"Tokens per training sequence [default: {_D.seq_len}].", show_default=False)] = None,
+        min=8, help=f"Tokens per training sequence [default: {_D.seq_len}]; no position past it is trained, and a "
+                    "model trained on short windows falls apart past them (the embedded recipe was trained to "
+                    "1022 for its context of 1024).", show_default=False)] = None,
     lr: Annotated[float | None, typer.Option(help=f"Peak learning rate, above 0 [default: {_D.lr}].",
                                              show_default=False)] = None,
     threads: Annotated[int, typer.Option(
@@ -154,6 +156,10 @@ def train_cmd(
     if params.seq_len + 2 > cfg.max_seq_len:
         raise fail(f"--seq-len {params.seq_len} leaves no room for the 2 MTP targets in preset {preset}'s "
                    f"context of {cfg.max_seq_len}; pass --seq-len {cfg.max_seq_len - 2} or less", 2)
+    if params.seq_len + 2 < cfg.max_seq_len:
+        console.print(f"note: windows of {params.seq_len} tokens train no position past {params.seq_len + 1} of preset "
+                      f"{preset}'s context of {cfg.max_seq_len}; the model will be poor past it (--seq-len "
+                      f"{cfg.max_seq_len - 2} trains them all)")
     _apply_threads(threads)
     log = open_log(out_dir)
     train_split, heldout = load_split(False), load_split(True)
@@ -191,8 +197,8 @@ def train_cmd(
                                       "torch": torch.__version__, "threads": torch.get_num_threads()}
                     | ({"started_from": {"path": str(init_from), "digest": params.init_from,
                                          "training": (start_card or {}).get("training")}} if init_from else {}),
-        "heldout": {"method": "32 random windows of 256 bytes of the held-out split (train.evaluate; the whole "
-                              "split: python3 benchmarks/studies/heldout_quality.py)",
+        "heldout": {"method": f"32 random windows of {params.seq_len} bytes of the held-out split (train.evaluate; "
+                              "the whole split: python3 benchmarks/studies/heldout_quality.py)",
                     "bits_per_byte": round(stats["heldout_bpb"], 4),
                     "mtp1_bits_per_byte": round(stats["heldout_mtp1_bpb"], 4),
                     "teacher_forced_first_draft_acceptance": round(stats["heldout_accept1_tf"], 4)},

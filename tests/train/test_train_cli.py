@@ -87,6 +87,15 @@ def test_a_seq_len_past_the_presets_context_exits_2(no_training, tmp_path):
     assert "--seq-len 127 leaves no room" in result.output and "--seq-len 126 or less" in result.output
 
 
+@pytest.mark.parametrize("seq_len, noted", [("16", True), ("126", False)])
+def test_windows_shorter_than_the_context_are_noted_before_training(no_training, tmp_path, seq_len, noted):
+    # a model trained on short windows falls apart past them; micro's context is 128
+    result = _run("model", "train", "--preset", "micro", "--seq-len", seq_len, "--out-dir", str(tmp_path))
+    assert isinstance(result.exception, Trained)
+    assert ("train no position past 17 of preset micro's context of 128" in result.output) == noted
+    assert ("--seq-len 126 trains them all" in result.output) == noted
+
+
 def test_omitted_options_are_the_defaults_and_given_ones_kept(tiny_corpus, monkeypatch, tmp_path):
     # --steps 1 trains 1 step (not `1 or default`); no --steps gives TrainParams' default
     seen = []
