@@ -1,7 +1,7 @@
 """The embedded model on its whole held-out split, with and without the files that are near-copies of training files.
 
-The model card's held-out figures (`met model train`'s evaluation) come from 32 windows of 256 bytes
-drawn at random from the held-out split, 1.35% of it. This scores every byte of the split instead,
+The model card's held-out figures (`met model train`'s evaluation) come from 32 windows of --seq-len bytes
+drawn at random from the held-out split (at 256 bytes, 1.35% of it). This scores every byte of the split instead,
 in consecutive windows of --window bytes (the first one or two of each window are context, not
 scored): bits per byte of the main model, bits per byte of the MTP module (its target is one byte
 further, but it also reads the true next byte), and teacher-forced first-draft acceptance (the MTP
@@ -112,7 +112,7 @@ def main() -> int:
                         ("the rest", ~is_near)):
         lines.append(f"| {label} | {int(mask.sum()):,} | {s['main'][mask].mean() / math.log(2):.3f} | "
                      f"{s['mtp'][mask].mean() / math.log(2):.3f} | {s['match'][mask].mean():.3f} |")
-    lines.append(f"| the card's 32 random windows of 256 (train.evaluate) | 32 x 257 | {card['heldout_bpb']:.3f} | "
+    lines.append(f"| 32 random windows of 256, the first runs' cards' (train.evaluate) | 32 x 257 | {card['heldout_bpb']:.3f} | "
                  f"{card['heldout_mtp1_bpb']:.3f} | {card['heldout_accept1_tf']:.3f} |")
     workload = corpus.heldout_code(16, PROMPT_OFFSET, PROMPT_BYTES)  # as heldout_workload_prompts cuts them
     openings = corpus.heldout_prompts(16)
