@@ -4,10 +4,11 @@ A model trained on windows of 256 bytes has never seen a position past 256; met 
 the recipe's max_seq_len (1,024). Greedy decoding from a 256-byte prompt, as the model card's
 acceptance and the policies benchmark decode, runs entirely past that point. This scores windows of
 --window bytes cut from the held-out files less their near-copies (`corpus.benchmark_files`), one
-window per file long enough, from a seeded offset: per band of positions, the main model's bits per
-byte and the MTP module's teacher-forced first-draft acceptance (its argmax equal to the main model's
-argmax one position later, as train.losses' `accept1`). Each --weights file is scored on the same
-windows, so their bands compare directly.
+window per file long enough, from a seeded offset, and scores them as `heldout_quality.py` scores the
+whole split (its `score`): per band of the predicted byte's position (the first two of a window are
+context), the main model's bits per byte and the MTP module's teacher-forced first-draft acceptance
+(its argmax equal to the main model's argmax for the same byte, as train.losses' `accept1`). Each
+--weights file is scored on the same windows, so their bands compare directly.
 
     python3 benchmarks/studies/context_positions.py [--weights FILE ...] [--window 1022] [--out FILE]
 """
@@ -19,19 +20,19 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from met.model.corpus import benchmark_files
 from met.model.recipes import embedded
 from met.model.weights import file_digest, load_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: report.py
+from heldout_quality import score  # this script's folder is on the path when it runs
 from report import publish
 
 BANDS = (0, 128, 256, 320, 384, 512, 768, 1024)
 
 
-def windows(size: int, count: int, seed: int) -> torch.Tensor:
+def windows(size: int, count: int, seed: int) -> np.ndarray:
     """count windows of size + 2 byte tokens [count, size + 2], one per held-out file long enough, seeded offsets."""
     rng = np.random.default_rng(seed)
     files = [data for data in benchmark_files().values() if len(data) >= size + 2]
@@ -41,24 +42,20 @@ def windows(size: int, count: int, seed: int) -> torch.Tensor:
         data = files[i]
         start = int(rng.integers(0, len(data) - size - 1))
         rows.append(np.frombuffer(data[start : start + size + 2], dtype=np.uint8))
-    return torch.from_numpy(np.stack(rows).astype(np.int64))
+    return np.stack(rows)
 
 
-@torch.no_grad()
-def by_band(model, x: torch.Tensor) -> list[tuple[int, int, float, float]]:
-    """(first position, last + 1, bits per byte, first-draft acceptance) per band of positions predicted from."""
-    T = x.shape[1] - 2
-    h = model.hidden(x[:, : T + 1])
-    logits = model.logits(h)
-    ce = F.cross_entropy(logits.transpose(1, 2), x[:, 1 : T + 2], reduction="none")  # [B, T + 1]
-    mh, _ = model.mtp_hidden(h[:, :T], x[:, 1 : T + 1])
-    agree = (model.mtp_logits(mh).argmax(-1) == logits[:, 1:].argmax(-1)).float()  # [B, T]
+def by_band(model, x: np.ndarray) -> list[tuple[int, int, float, float]]:
+    """(first position, last + 1, bits per byte, first-draft acceptance) per band of the predicted byte's position."""
+    n, width = x.shape
+    scored = score(model, x.ravel(), width - 2)  # its windows are these, back to back
+    main, match = (scored[key].reshape(n, width - 2) for key in ("main", "match"))  # column j: the byte at j + 2
     rows = []
     for lo, hi in zip(BANDS, BANDS[1:]):
-        if lo >= T:
+        if lo >= width:
             break
-        hi = min(hi, T)
-        rows.append((lo, hi, ce[:, lo:hi].mean().item() / math.log(2), agree[:, lo:hi].mean().item()))
+        lo, hi = max(lo, 2), min(hi, width)
+        rows.append((lo, hi, main[:, lo - 2 : hi - 2].mean() / math.log(2), match[:, lo - 2 : hi - 2].mean()))
     return rows
 
 
