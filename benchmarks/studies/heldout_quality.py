@@ -112,7 +112,7 @@ def main() -> int:
                         ("the rest", ~is_near)):
         lines.append(f"| {label} | {int(mask.sum()):,} | {s['main'][mask].mean() / math.log(2):.3f} | "
                      f"{s['mtp'][mask].mean() / math.log(2):.3f} | {s['match'][mask].mean():.3f} |")
-    lines.append(f"| 32 random windows of 256, the first runs' cards' (train.evaluate) | 32 x 257 | {card['heldout_bpb']:.3f} | "
+    lines.append(f"| 32 random windows of 256 (train.evaluate) | 32 x 257 | {card['heldout_bpb']:.3f} | "
                  f"{card['heldout_mtp1_bpb']:.3f} | {card['heldout_accept1_tf']:.3f} |")
     workload = corpus.heldout_code(16, PROMPT_OFFSET, PROMPT_BYTES)  # as heldout_workload_prompts cuts them
     openings = corpus.heldout_prompts(16)
