@@ -358,8 +358,12 @@ class ModelRunner:
             nonlocal h
             if keep is not None:
                 h = h[keep]
-            pos = torch.tensor([[self.cache.lengths[act_slots[r]] + len(drafts[active[r]].tokens) - 1] for r in rows])
-            ctx = CacheContext.build(self.cache, [act_slots[r] for r in rows], pos.to(self.device))
+            starts = [self.cache.lengths[act_slots[r]] + len(drafts[active[r]].tokens) - 1 for r in rows]
+            if len(rows) == 1:
+                ctx = CacheContext.row(self.cache, act_slots[rows[0]], starts[0], 1)
+            else:
+                ctx = CacheContext.build(self.cache, [act_slots[r] for r in rows],
+                                         torch.tensor(starts, device=self.device)[:, None])
             mh, _ = self.model.mtp_hidden(h[:, None], torch.tensor(tokens)[:, None].to(self.device), ctx)
             h = mh[:, 0]
             return self.model.mtp_logits_cached(h)
@@ -448,8 +452,7 @@ class ModelRunner:
     def _catch_up(self, slots: list[int], seqs: list[_Seq], rows: list[int]) -> torch.Tensor:
         """One MTP pass over the main-model rows these sequences' MTP block missed; the last row's hidden of each."""
         if len(slots) == 1:  # nothing to pad: the rows as they are (no zeroed buffers, no gather of the last rows)
-            start = self.cache.mtp_lengths[slots[0]]
-            ctx = CacheContext.build(self.cache, slots, torch.arange(start, start + rows[0], device=self.device)[None])
+            ctx = CacheContext.row(self.cache, slots[0], self.cache.mtp_lengths[slots[0]], rows[0])
             mh, _ = self.model.mtp_hidden(torch.stack(seqs[0].catchup_h)[None],
                                           torch.tensor([seqs[0].catchup_tok], device=self.device), ctx)
             return mh[:, -1]  # [1, dim]
@@ -509,8 +512,11 @@ class ModelRunner:
         T = max(ks) + 1
         rows = [[self.seqs[s].pending, *d.tokens] + [0] * (T - 1 - len(d.tokens)) for s, d in zip(slots, drafts)]
         tokens = torch.tensor(rows)  # [B, T]: pending token then drafts, right-padded
-        base = torch.tensor([self.cache.lengths[s] for s in slots])
-        ctx = CacheContext.build(self.cache, slots, (base[:, None] + torch.arange(T)).to(self.device))
+        base = [self.cache.lengths[s] for s in slots]
+        if n == 1:
+            ctx = CacheContext.row(self.cache, slots[0], base[0], T)
+        else:
+            ctx = CacheContext.build(self.cache, slots, (torch.tensor(base)[:, None] + torch.arange(T)).to(self.device))
         h, taps = self._hidden(tokens.to(self.device), ctx)  # [B, T, dim], [B, T, n_taps * dim] | None
         logits = self.model.logits_cached(h)  # [B, T, V]
         greedy_rows = logits.argmax(-1).tolist()
@@ -528,7 +534,7 @@ class ModelRunner:
                 a, nxt = greedy_accept(d.tokens, greedy_rows[i] if seq.history is None else scores.argmax(-1).tolist())
             elif seq.sampling.seeded:  # each row's pick by its position's noise: the tokens plain decoding picks
                 p = seq.sampling.distribution(scores)
-                rows = [int(base[i]) + 1 + j for j in range(ks[i] + 1)]  # the drafts' positions, then the bonus's
+                rows = [base[i] + 1 + j for j in range(ks[i] + 1)]  # the drafts' positions, then the bonus's
                 noise = torch.stack([seq.noise.get(r) if r in seq.noise else
                                      position_noise(seq.sampling.seed, r, p.shape[-1], p.device) for r in rows])
                 seq.noise.clear()
@@ -536,7 +542,7 @@ class ModelRunner:
             else:
                 p = seq.sampling.distribution(scores)
                 a, nxt = speculative_accept(d.tokens, d.q, p, seq.generator)
-            length = int(base[i])
+            length = base[i]
             self.cache.lengths[slot] = length + ks[i] + 1
             self.cache.rollback(slot, length + a + 1)  # rejected drafts leave the cache
             emitted = d.tokens[:a] + [nxt]

@@ -20,6 +20,19 @@ class KVCache:
     max_len: int  # longest valid sequence a slot may hold
     lengths: list[int] = field(default_factory=list)  # tokens cached per slot (main model)
     mtp_lengths: list[int] = field(default_factory=list)  # tokens cached per slot (MTP block)
+    slot_ids: torch.Tensor = field(init=False)  # [max_batch] 0, 1, ...: a step's slot tensor as a view
+    _causal: torch.Tensor | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.slot_ids = torch.arange(self.kv.shape[1], device=self.kv.device)
+
+    def causal(self) -> torch.Tensor:
+        """[positions, positions] True where position j <= i: one row's mask for tokens at i is a view of row i
+        (built on first use, kept: 1.1 MB at 1,024 positions)."""
+        if self._causal is None:
+            n = self.positions
+            self._causal = torch.ones(n, n, dtype=torch.bool, device=self.kv.device).tril()
+        return self._causal
 
     @classmethod
     def allocate(cls, n_layers: int, max_batch: int, max_len: int, n_kv_heads: int, head_dim: int,

@@ -4,8 +4,9 @@ torch multiplies float32 matrices on the CPU with MKL, which takes its fast path
 processors only: on an AMD EPYC with AVX-512 a [5, 192] @ [192, 1024] product (a verify of four
 drafts) ran at a fifth of the rate oneDNN reached on the same core, while MKL stayed the faster
 of the two for single rows (a decode step), where oneDNN's fixed cost per call dominates. On an
-Intel Xeon MKL is the faster for every product of the embedded model up to 80 rows (oneDNN took
-1.1-6.5x its time), and oneDNN only for a checkpoint's larger weights from two rows on.
+Intel Xeon, and on an AMD EPYC without AVX-512 (where oneDNN's kernels run on AVX2), MKL is the
+faster for every product of the embedded model up to 80 rows (oneDNN took 1.1-6.5x its time on the
+Xeon), and oneDNN only for a checkpoint's larger weights from two rows on.
 `benchmarks/studies/gemm_kernels.py` times both kernels per shape. A `PackedWeight` keeps the
 weight as MKL reads it and, where the CPU's `KernelRule` ever sends its products to oneDNN (a
 float32 CPU weight), in oneDNN's blocked layout too, and sends each product to the kernel that
@@ -39,13 +40,17 @@ class KernelRule:
     path_version: int  # the CPU cached path's version under this rule (met.model.transformer.cached_path_version)
 
 
-# The AMD EPYC box class: the q/k/v projection of the embedded model from 5 rows, its gate/up
+# An AMD EPYC with AVX-512: the q/k/v projection of the embedded model from 5 rows, its gate/up
 # projection from 3, down from 6, the output projection and the head from 11 to 15.
-BY_SIZE = KernelRule("oneDNN from 2^19 multiply-adds", 1 << 19, 0, 4)
-# The Intel Xeon box class: MKL for every product of the embedded model (weights up to 196,608
-# elements) up to 80 rows; oneDNN from two rows for a 0.5B checkpoint's smallest weight (1,032,192
-# elements: 0.79x MKL's time at 2 rows) and every larger one. The bound lies between the two.
-BIG_WEIGHTS = KernelRule("oneDNN for weights of 2^19 elements or more", 0, 1 << 19, 5)
+BY_SIZE = KernelRule("oneDNN from 2^19 multiply-adds", 1 << 19, 0, 6)
+# An Intel Xeon: MKL for every product of the embedded model (weights up to 196,608 elements) up to
+# 80 rows; oneDNN from two rows for a 0.5B checkpoint's smallest weight (1,032,192 elements: 0.79x
+# MKL's time at 2 rows) and every larger one. The bound lies between the two. An AMD EPYC without
+# AVX-512 too: there oneDNN's brgemm runs on AVX2 and a step's 24 products of the embedded model took
+# 1.0-1.5x MKL's time at every row count from 1 to 80, by the size rule 1.06-1.47x
+# (benchmarks/studies/results/gemm_kernels_amd_avx2.md), while oneDNN stayed the faster from two rows
+# for a checkpoint's weights (0.50-0.84x MKL's time).
+BIG_WEIGHTS = KernelRule("oneDNN for weights of 2^19 elements or more", 0, 1 << 19, 7)
 
 
 def cpu_vendor() -> str:
@@ -53,12 +58,18 @@ def cpu_vendor() -> str:
     return cpuinfo_field(("vendor_id",), _CPUINFO)
 
 
-def rule_for(vendor: str) -> KernelRule:
-    """The kernel rule for a CPU vendor: MKL's fast paths on Intel's, product size elsewhere."""
-    return BIG_WEIGHTS if vendor == "GenuineIntel" else BY_SIZE
+def cpu_has_avx512() -> bool:
+    """Whether /proc/cpuinfo lists AVX-512 (avx512f) among this CPU's flags."""
+    return "avx512f" in cpuinfo_field(("flags",), _CPUINFO).split()
 
 
-RULE = rule_for(cpu_vendor())  # this CPU's
+def rule_for(vendor: str, avx512: bool = True) -> KernelRule:
+    """The kernel rule for a CPU: MKL's fast paths on Intel's and where oneDNN lacks AVX-512, product size
+    elsewhere."""
+    return BIG_WEIGHTS if vendor == "GenuineIntel" or not avx512 else BY_SIZE
+
+
+RULE = rule_for(cpu_vendor(), cpu_has_avx512())  # this CPU's
 
 
 def onednn_usable(weight: torch.Tensor) -> bool:

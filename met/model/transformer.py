@@ -15,9 +15,11 @@ from met.model.packed import PackedWeight
 # device. It is part of every plan digest: bump it when that path's kernels or layouts change there, so that
 # cost tables measured on the old path are refused rather than trusted. 2: head-major cache, norms folded into
 # [in, out] weights; 3: keys and values in one cache tensor, RoPE in place; 4 (CPU only): float32 products of
-# enough rows by oneDNN (met.model.packed); 5 (an Intel CPU's): oneDNN for large weights alone. On a CPU the
-# version is the kernel rule's (packed.RULE.path_version).
-CACHED_PATH_VERSION = 3
+# enough rows by oneDNN (met.model.packed); 5 (an Intel CPU's): oneDNN for large weights alone; 4 on a GPU,
+# 6 and 7 on a CPU: an MTP pass looks up its token's half of the input projection (Transformer._eh_token), a
+# width-1 step writes its keys and values and reads RoPE by slices (CacheContext.row). On a CPU the version is
+# the kernel rule's (packed.RULE.path_version).
+CACHED_PATH_VERSION = 4
 
 
 def cached_path_version(device: str | torch.device) -> int:
@@ -37,6 +39,9 @@ class CacheContext:
     mask: torch.Tensor | None  # [B, 1, T, upto] True where a query may attend; None: every query attends to all
     rows: torch.Tensor  # [B, T] slot of each token, for cache writes
     write_pos: torch.Tensor  # [B, T] where each token's k, v are written: pos
+    # One row whose tokens sit at start, start + 1, ... (CacheContext.row): its cache writes and RoPE lookups
+    # are slices, not index kernels. None: they index by pos.
+    start: int | None = None
 
     @classmethod
     def build(cls, cache: KVCache, slots: list[int], pos: torch.Tensor) -> "CacheContext":
@@ -56,6 +61,29 @@ class CacheContext:
         first = slots[0] if slots == list(range(slots[0], slots[0] + len(slots))) else None
         slot_t = torch.tensor(slots, device=device)
         return cls(cache, slot_t, pos, upto, first, mask, slot_t[:, None].expand_as(pos), pos)
+
+    @classmethod
+    def row(cls, cache: KVCache, slot: int, start: int, T: int) -> "CacheContext":
+        """Context for one row of T tokens at positions start..start + T - 1 of slot (a width-1 step or draft pass).
+
+        Built from Python ints with views of tensors the cache holds (its slot ids, its causal mask) and one
+        arange: at width 1 a step's context costs a third of build()'s, and each layer's write is a copy into
+        a slice.
+        """
+        if not 0 <= start <= start + T <= cache.positions - PAD_ROOM:
+            raise ValueError(f"positions {start}..{start + T - 1} lie outside the cache's {cache.max_len}")
+        upto = start + T
+        pos = torch.arange(start, upto, device=cache.kv.device)[None]
+        mask = cache.causal()[start:upto, :upto][None, None] if T > 1 else None
+        slot_t = cache.slot_ids[slot : slot + 1]
+        return cls(cache, slot_t, pos, upto, slot, mask, slot_t[:, None].expand(1, T), pos, start)
+
+    def write(self, layer: int, kv: torch.Tensor) -> None:
+        """Store this step's keys and values kv ([B, T, 2 * n_kv_heads, head_dim]) of a layer at their positions."""
+        if self.start is None:
+            self.cache.write(layer, self.rows, self.write_pos, kv)
+        else:
+            self.cache.kv[layer, self.first, :, self.start : self.start + kv.shape[1]] = kv[0].transpose(0, 1)
 
 
 class RMSNorm(nn.Module):
@@ -262,16 +290,23 @@ class Transformer(nn.Module):
             if self.mtp is not None:
                 m, d = self.mtp, self.cfg.dim
                 self._mtp_head = _pack(self.lm_head.weight, m.norm)
-                self._eh = _pack(torch.cat([_fold(m.eh_proj.weight[:, :d], m.hnorm),
-                                            _fold(m.eh_proj.weight[:, d:], m.enorm)], 1))
+                self._eh = _pack(_fold(m.eh_proj.weight[:, :d], m.hnorm))  # the hidden state's half
+                # The embedding's half depends on the token alone: each token's normed embedding times it, once,
+                # so a draft pass looks its row up instead of embedding, norming and multiplying.
+                e = self.model.embed_tokens.weight
+                self._eh_token = _unit_rms(e, self._rms_floor_of(e)) @ _fold(m.eh_proj.weight[:, d:], m.enorm).t()
         p = self.lm_head.weight
-        self._rms_floor = torch.tensor((self.cfg.norm_eps * self.cfg.dim) ** 0.5, dtype=p.dtype, device=p.device)
+        self._rms_floor = self._rms_floor_of(p)
         self._qk_floor = torch.tensor((self.cfg.norm_eps * self.cfg.head_dim) ** 0.5, dtype=p.dtype, device=p.device)
         half = self.cfg.head_dim // 2
         sin = self.rope_sin.clone()
         sin[:, :half] = -sin[:, :half]  # rotate_half(x) * sin == roll(x, half) * signed sin
         # in the weights' dtype once, not per step
         self._rope_cached_tables = self.rope_cos.to(p.dtype), sin.to(p.dtype)
+
+    def _rms_floor_of(self, like: torch.Tensor) -> torch.Tensor:
+        """`_unit_rms`'s floor sqrt(eps * dim) in like's dtype and device."""
+        return torch.tensor((self.cfg.norm_eps * self.cfg.dim) ** 0.5, dtype=like.dtype, device=like.device)
 
     def _layer_cached(self, f: _Fused, x: torch.Tensor, cos, sin, ctx: CacheContext, index: int) -> torch.Tensor:
         """One decoder layer over cached context with packed weights: same maths as DecoderLayer."""
@@ -283,7 +318,7 @@ class Transformer(nn.Module):
         # Qwen3 normalises each q and k head first (into a new tensor: the RoPE below writes over qk)
         src = qk if f.qk_scale is None else _unit_rms(qk, self._qk_floor) * f.qk_scale
         torch.addcmul(src * cos, src.roll(hd // 2, -1), sin, out=qk)  # RoPE on q and k at once, in place
-        ctx.cache.write(index, ctx.rows, ctx.write_pos, qkv[:, :, H:])  # roped keys, then values
+        ctx.write(index, qkv[:, :, H:])  # roped keys, then values
         q = qkv[:, :, :H]
         keys, values = ctx.cache.read(index, ctx.slots, ctx.upto, ctx.first)
         a = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=ctx.mask, enable_gqa=H != Hkv)
@@ -291,9 +326,12 @@ class Transformer(nn.Module):
         gate, up = f.w13(_unit_rms(x, self._rms_floor)).chunk(2, -1)
         return x + f.w2(F.silu(gate) * up)
 
-    def _rope_cached(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _rope_cached(self, ctx: CacheContext) -> tuple[torch.Tensor, torch.Tensor]:
         cos, signed_sin = self._rope_cached_tables
-        return cos[pos][:, :, None], signed_sin[pos][:, :, None]
+        if ctx.start is not None:  # one row at consecutive positions: slices of the tables
+            T = ctx.pos.shape[1]
+            return cos[ctx.start : ctx.start + T][None, :, None], signed_sin[ctx.start : ctx.start + T][None, :, None]
+        return cos[ctx.pos][:, :, None], signed_sin[ctx.pos][:, :, None]
 
     def _rope(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         dtype = self.lm_head.weight.dtype
@@ -314,7 +352,7 @@ class Transformer(nn.Module):
         if taps:
             return self._hidden_taps(x, ctx, taps)
         if ctx is not None and getattr(self, "_fused", None) is not None:
-            cos, sin = self._rope_cached(ctx.pos)
+            cos, sin = self._rope_cached(ctx)
             for i, f in enumerate(self._fused):
                 x = self._layer_cached(f, x, cos, sin, ctx, i)
             return x
@@ -326,7 +364,7 @@ class Transformer(nn.Module):
     def _hidden_taps(self, x: torch.Tensor, ctx: CacheContext | None, taps: tuple[int, ...]):
         """hidden() keeping the residual stream entering each layer of taps (its own loop: the plain one is untouched)."""
         fused = ctx is not None and getattr(self, "_fused", None) is not None
-        cos, sin = self._rope_cached(ctx.pos) if fused else self._rope(self._positions(x[..., 0], ctx))
+        cos, sin = self._rope_cached(ctx) if fused else self._rope(self._positions(x[..., 0], ctx))
         kept = []
         for i in range(self.cfg.n_layers):
             kept += [x] * taps.count(i)
@@ -352,14 +390,14 @@ class Transformer(nn.Module):
     def mtp_hidden(self, hidden: torch.Tensor, next_tokens: torch.Tensor, ctx: CacheContext | None = None,
                    pos: torch.Tensor | None = None, prior=None):
         """One MTP pass: hidden [B, T, dim] at positions i and tokens i+1 [B, T] -> (MTP hidden, its (k, v))."""
+        if ctx is not None and pos is None and getattr(self, "_fused_mtp", None) is not None:
+            x = self._eh(_unit_rms(hidden, self._rms_floor)) + self._eh_token[next_tokens]
+            cos, sin = self._rope_cached(ctx)
+            return self._layer_cached(self._fused_mtp, x, cos, sin, ctx, self.cfg.n_layers), None
         if pos is None:
             pos = self._positions(next_tokens, ctx)
         m = self.mtp
         e = self.model.embed_tokens(next_tokens)
-        if ctx is not None and getattr(self, "_fused_mtp", None) is not None:
-            x = self._eh(torch.cat([_unit_rms(hidden, self._rms_floor), _unit_rms(e, self._rms_floor)], -1))
-            cos, sin = self._rope_cached(pos)
-            return self._layer_cached(self._fused_mtp, x, cos, sin, ctx, self.cfg.n_layers), None
         x = m.eh_proj(torch.cat([m.hnorm(hidden), m.enorm(e)], dim=-1))
         cos, sin = self._rope(pos)
         return m.block(x, cos, sin, ctx, prior)

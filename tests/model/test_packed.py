@@ -92,14 +92,18 @@ def test_by_weights_the_embedded_models_products_go_to_mkl_at_every_row_count_an
 
 
 def test_the_rule_follows_the_vendor_and_the_cpu_path_version_the_rule(tmp_path, monkeypatch):
-    assert rule_for("GenuineIntel") is BIG_WEIGHTS
-    assert rule_for("AuthenticAMD") is rule_for("") is BY_SIZE
+    assert rule_for("GenuineIntel") is rule_for("GenuineIntel", avx512=False) is BIG_WEIGHTS
+    assert rule_for("AuthenticAMD", avx512=True) is rule_for("", avx512=True) is BY_SIZE
+    assert rule_for("AuthenticAMD", avx512=False) is BIG_WEIGHTS  # oneDNN on AVX2 loses to MKL there
     info = tmp_path / "cpuinfo"
-    info.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R)\n")
+    info.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R)\n"
+                    "flags\t\t: fpu sse2 avx2 avx512f avx512bw\n")
     monkeypatch.setattr(packed, "_CPUINFO", info)
-    assert packed.cpu_vendor() == "GenuineIntel"
+    assert packed.cpu_vendor() == "GenuineIntel" and packed.cpu_has_avx512()
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu sse2 avx avx2 fma\n")
+    assert packed.cpu_vendor() == "AuthenticAMD" and not packed.cpu_has_avx512()
     monkeypatch.setattr(packed, "_CPUINFO", tmp_path / "none")
-    assert packed.cpu_vendor() == ""
+    assert packed.cpu_vendor() == "" and not packed.cpu_has_avx512()
     assert BY_SIZE.path_version != BIG_WEIGHTS.path_version  # a table measured under one is refused under the other
     for r in (BY_SIZE, BIG_WEIGHTS):
         monkeypatch.setattr(packed, "RULE", r)
