@@ -454,8 +454,8 @@ class ModelRunner:
         if len(slots) == 1:  # nothing to pad: the rows as they are (no zeroed buffers, no gather of the last rows)
             ctx = CacheContext.row(self.cache, slots[0], self.cache.mtp_lengths[slots[0]], rows[0])
             mh, _ = self.model.mtp_hidden(torch.stack(seqs[0].catchup_h)[None],
-                                          torch.tensor([seqs[0].catchup_tok], device=self.device), ctx)
-            return mh[:, -1]  # [1, dim]
+                                          torch.tensor([seqs[0].catchup_tok], device=self.device), ctx, last=rows[0] - 1)
+            return mh[:, 0]  # [1, dim]
         R = max(rows)
         H = torch.zeros(len(slots), R, self.model.cfg.dim, dtype=self.dtype, device=self.device)  # [B, R, dim]
         toks = torch.zeros(len(slots), R, dtype=torch.long)  # [B, R]
@@ -464,8 +464,8 @@ class ModelRunner:
             toks[b, : rows[b]] = torch.tensor(seq.catchup_tok)
         start = torch.tensor([self.cache.mtp_lengths[s] for s in slots])
         ctx = CacheContext.build(self.cache, slots, (start[:, None] + torch.arange(R)).to(self.device))
-        mh, _ = self.model.mtp_hidden(H, toks.to(self.device), ctx)
-        return mh[torch.arange(len(slots)), torch.tensor(rows) - 1]  # [B, dim]
+        mh, _ = self.model.mtp_hidden(H, toks.to(self.device), ctx, last=torch.tensor(rows, device=self.device) - 1)
+        return mh[:, 0]  # [B, dim]
 
     @torch.inference_mode()
     def draft_dflash(self, slots: list[int], gammas: list[int]) -> list[Draft]:

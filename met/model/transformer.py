@@ -17,7 +17,8 @@ from met.model.packed import PackedWeight
 # [in, out] weights; 3: keys and values in one cache tensor, RoPE in place; 4 (CPU only): float32 products of
 # enough rows by oneDNN (met.model.packed); 5 (an Intel CPU's): oneDNN for large weights alone; 4 on a GPU,
 # 6 and 7 on a CPU: an MTP pass looks up its token's half of the input projection (Transformer._eh_token), a
-# width-1 step writes its keys and values and reads RoPE by slices (CacheContext.row). On a CPU the version is
+# width-1 step writes its keys and values and reads RoPE by slices (CacheContext.row), an MTP catch-up pass
+# computes its last row's output alone. On a CPU the version is
 # the kernel rule's (packed.RULE.path_version).
 CACHED_PATH_VERSION = 4
 
@@ -308,8 +309,14 @@ class Transformer(nn.Module):
         """`_unit_rms`'s floor sqrt(eps * dim) in like's dtype and device."""
         return torch.tensor((self.cfg.norm_eps * self.cfg.dim) ** 0.5, dtype=like.dtype, device=like.device)
 
-    def _layer_cached(self, f: _Fused, x: torch.Tensor, cos, sin, ctx: CacheContext, index: int) -> torch.Tensor:
-        """One decoder layer over cached context with packed weights: same maths as DecoderLayer."""
+    def _layer_cached(self, f: _Fused, x: torch.Tensor, cos, sin, ctx: CacheContext, index: int,
+                      last: torch.Tensor | int | None = None) -> torch.Tensor:
+        """One decoder layer over cached context with packed weights: same maths as DecoderLayer.
+
+        last ([B], each row's index among its T tokens; an int: the same index in every row): every token's keys
+        and values are cached, but only that token's output is computed (attention, output projection, MLP),
+        returned as [B, 1, dim].
+        """
         cfg = self.cfg
         B, T, _ = x.shape
         H, Hkv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
@@ -319,9 +326,18 @@ class Transformer(nn.Module):
         src = qk if f.qk_scale is None else _unit_rms(qk, self._qk_floor) * f.qk_scale
         torch.addcmul(src * cos, src.roll(hd // 2, -1), sin, out=qk)  # RoPE on q and k at once, in place
         ctx.write(index, qkv[:, :, H:])  # roped keys, then values
-        q = qkv[:, :, :H]
+        q, mask = qkv[:, :, :H], ctx.mask
+        if isinstance(last, int):  # the same token of every row: views
+            q, x = q[:, last : last + 1], x[:, last : last + 1]
+            mask = mask[:, :, last : last + 1] if mask is not None else None
+            T = 1
+        elif last is not None:
+            rows = torch.arange(B, device=x.device)
+            q, x = q[rows, last][:, None], x[rows, last][:, None]
+            mask = mask[rows, :, last][:, :, None] if mask is not None else None  # [B, 1, 1, upto]
+            T = 1
         keys, values = ctx.cache.read(index, ctx.slots, ctx.upto, ctx.first)
-        a = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=ctx.mask, enable_gqa=H != Hkv)
+        a = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask, enable_gqa=H != Hkv)
         x = x + f.wo(a.transpose(1, 2).reshape(B, T, H * hd))
         gate, up = f.w13(_unit_rms(x, self._rms_floor)).chunk(2, -1)
         return x + f.w2(F.silu(gate) * up)
@@ -388,12 +404,19 @@ class Transformer(nn.Module):
         return self.logits(self.hidden(tokens))
 
     def mtp_hidden(self, hidden: torch.Tensor, next_tokens: torch.Tensor, ctx: CacheContext | None = None,
-                   pos: torch.Tensor | None = None, prior=None):
-        """One MTP pass: hidden [B, T, dim] at positions i and tokens i+1 [B, T] -> (MTP hidden, its (k, v))."""
+                   pos: torch.Tensor | None = None, prior=None, last: torch.Tensor | int | None = None):
+        """One MTP pass: hidden [B, T, dim] at positions i and tokens i+1 [B, T] -> (MTP hidden, its (k, v)).
+
+        last (the cached path only; [B], each row's index among its T, or one int for all): a catch-up pass,
+        which caches every row's keys and values but needs the MTP hidden of one row alone: that row's,
+        [B, 1, dim].
+        """
         if ctx is not None and pos is None and getattr(self, "_fused_mtp", None) is not None:
             x = self._eh(_unit_rms(hidden, self._rms_floor)) + self._eh_token[next_tokens]
             cos, sin = self._rope_cached(ctx)
-            return self._layer_cached(self._fused_mtp, x, cos, sin, ctx, self.cfg.n_layers), None
+            return self._layer_cached(self._fused_mtp, x, cos, sin, ctx, self.cfg.n_layers, last), None
+        if last is not None:
+            raise ValueError("last needs the cached path (a context and fused weights)")
         if pos is None:
             pos = self._positions(next_tokens, ctx)
         m = self.mtp
