@@ -53,9 +53,9 @@ def train_cmd(
     batch: Annotated[int | None, typer.Option(min=1, help=f"Sequences per step [default: {_D.batch}].",
                                               show_default=False)] = None,
     seq_len: Annotated[int | None, typer.Option(
-        min=8, help=f"Tokens per training sequence [default: {_D.seq_len}]; no position past it is trained, and a "
-                    "model trained on short windows falls apart past them (the embedded recipe was trained to "
-                    "1022 for its context of 1024).", show_default=False)] = None,
+        min=8, help="Tokens per training sequence [default: the preset's context less the 2 MTP targets, 1022 "
+                    "for met-tiny-py]; no position past it is trained, and a model trained on short windows falls "
+                    "apart past them. A drafter's default is its own (see --drafter).", show_default=False)] = None,
     lr: Annotated[float | None, typer.Option(help=f"Peak learning rate, above 0 [default: {_D.lr}].",
                                              show_default=False)] = None,
     threads: Annotated[int, typer.Option(
@@ -150,7 +150,7 @@ def train_cmd(
     start, start_card = None, None
     if init_from is not None:
         start, start_card = _starting_weights(cfg, init_from)
-    params = TrainParams(steps=_or(steps, _D.steps), batch=_or(batch, _D.batch), seq_len=_or(seq_len, _D.seq_len),
+    params = TrainParams(steps=_or(steps, _D.steps), batch=_or(batch, _D.batch), seq_len=_or(seq_len, cfg.max_seq_len - 2),
                          lr=_or(lr, _D.lr), eval_every=every, checkpoint_every=every, seed=seed,
                          init_from=file_digest(init_from) if init_from is not None else "")
     if params.seq_len + 2 > cfg.max_seq_len:

@@ -6,6 +6,7 @@ import torch
 from typer.testing import CliRunner
 
 from met.cli import app
+from met.model.config import ModelConfig
 from met.model.corpus import Split
 from met.train import checkpoint
 from met.train.recipe import TrainParams
@@ -97,7 +98,8 @@ def test_windows_shorter_than_the_context_are_noted_before_training(no_training,
 
 
 def test_omitted_options_are_the_defaults_and_given_ones_kept(tiny_corpus, monkeypatch, tmp_path):
-    # --steps 1 trains 1 step (not `1 or default`); no --steps gives TrainParams' default
+    # --steps 1 trains 1 step (not `1 or default`); no --steps gives TrainParams' default, no --seq-len every
+    # position of the preset's context (less the 2 MTP targets): shorter windows leave the rest untrained
     seen = []
 
     def train(model, train_split, heldout, params, ckpt, on_step):
@@ -109,7 +111,7 @@ def test_omitted_options_are_the_defaults_and_given_ones_kept(tiny_corpus, monke
     _run("model", "train", "--out-dir", str(tmp_path))
     given, default = seen
     assert (given.steps, given.eval_every, given.lr, given.batch, given.seq_len) == (1, 1, 1e-9, 2, 16)
-    assert default == TrainParams()
+    assert default == TrainParams(seq_len=ModelConfig.from_name("met-tiny-py").max_seq_len - 2)
 
 
 @pytest.mark.parametrize("out_dir, message", [
