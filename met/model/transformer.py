@@ -15,11 +15,11 @@ from met.model.packed import PackedWeight
 # device. It is part of every plan digest: bump it when that path's kernels or layouts change there, so that
 # cost tables measured on the old path are refused rather than trusted. 2: head-major cache, norms folded into
 # [in, out] weights; 3: keys and values in one cache tensor, RoPE in place; 4 (CPU only): float32 products of
-# enough rows by oneDNN (met.model.packed); 5 (an Intel CPU's): oneDNN for large weights alone; 4 on a GPU,
-# 6 and 7 on a CPU: an MTP pass looks up its token's half of the input projection (Transformer._eh_token), a
-# width-1 step writes its keys and values and reads RoPE by slices (CacheContext.row), an MTP catch-up pass
-# computes its last row's output alone. On a CPU the version is
-# the kernel rule's (packed.RULE.path_version).
+# enough rows by oneDNN (met.model.packed); 5 (an Intel CPU's): oneDNN for large weights alone; 4 (a GPU's; 6
+# and 7 a CPU's, by kernel rule): an MTP pass looks up its token's half of the input projection
+# (Transformer._eh_token), a width-1 step writes its keys and values and reads RoPE by slices
+# (CacheContext.row), an MTP catch-up pass computes its last row's output alone. On a CPU the version is the
+# kernel rule's (packed.RULE.path_version).
 CACHED_PATH_VERSION = 4
 
 
@@ -68,8 +68,8 @@ class CacheContext:
         """Context for one row of T tokens at positions start..start + T - 1 of slot (a width-1 step or draft pass).
 
         Built from Python ints with views of tensors the cache holds (its slot ids, its causal mask) and one
-        arange: at width 1 a step's context costs a third of build()'s, and each layer's write is a copy into
-        a slice.
+        arange, where build() reduces and compares its position tensor; each layer's write is then a copy into
+        a slice and the RoPE rows are slices of the tables, not index kernels.
         """
         if not 0 <= start <= start + T <= cache.positions - PAD_ROOM:
             raise ValueError(f"positions {start}..{start + T - 1} lie outside the cache's {cache.max_len}")
