@@ -18,6 +18,7 @@ import torch
 
 from met.exit_codes import EX_DATAERR, EX_NOINPUT
 from met.model.config import ModelConfig
+from met.model.cpuinfo import CPU_CACHES as _CPU_CACHES
 from met.model.cpuinfo import CPUINFO as _CPUINFO
 from met.model.cpuinfo import cpuinfo_field
 from met.model.dflash import DrafterError
@@ -196,13 +197,46 @@ def _fit(prefix: str, slug: str, suffix: str) -> str:
 
 
 def device_name(device: str = "cpu") -> str:
-    """The device's model name as its driver reports it (the CPU's from /proc/cpuinfo)."""
+    """The device's model name as its driver reports it; a CPU's from /proc/cpuinfo, with its cpu_signature.
+
+    A plan digest covers it, so that a table measured on one CPU is refused on another. A hypervisor
+    may name unlike CPUs alike: two 2-core "AMD EPYC" guests, both AVX2 without AVX-512, one with an
+    8 MiB last-level cache, took 1,346 and 357 us for the same 24 products of a decode step
+    (benchmarks/studies/gemm_kernels.py).
+    """
     dev = torch.device(device)
     if dev.type == "cuda":
         return torch.cuda.get_device_name(dev)
     if dev.type == "cpu":
-        return cpu_model()
+        signature = cpu_signature()
+        return f"{cpu_model()} ({signature})" if signature else cpu_model()
     return dev.type
+
+
+def cpu_signature() -> str:
+    """`family 23 model 1 stepping 2, 8 MiB L3`: the CPU's family, model and stepping (/proc/cpuinfo) and its
+    last-level cache (sysfs), each part left out where it cannot be read; "" when none can."""
+    ids = [(key, cpuinfo_field((key,), _CPUINFO)) for key in ("cpu family", "model", "stepping")]
+    parts = [" ".join(f"{key.removeprefix('cpu ')} {value}" for key, value in ids if value), last_level_cache()]
+    return ", ".join(p for p in parts if p)
+
+
+def last_level_cache() -> str:
+    """The size and level of cpu0's last-level cache from sysfs (`8 MiB L3`), or "" where sysfs does not say."""
+    best: tuple[int, int] | None = None
+    try:
+        for index in _CPU_CACHES.glob("index*"):
+            level, size = (index / "level").read_text().strip(), (index / "size").read_text().strip()
+            match = re.fullmatch(r"(\d+)([KMG]?)", size)
+            if level.isdigit() and match:
+                kib = int(match[1]) * {"": 1 / 1024, "K": 1, "M": 1024, "G": 1 << 20}[match[2]]
+                best = max(best or (0, 0), (int(level), int(kib)))
+    except OSError:
+        return ""
+    if best is None:
+        return ""
+    level, kib = best
+    return f"{kib // 1024} MiB L{level}" if kib % 1024 == 0 else f"{kib} KiB L{level}"
 
 
 def cpu_model() -> str:

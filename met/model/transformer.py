@@ -18,9 +18,10 @@ from met.model.packed import PackedWeight
 # enough rows by oneDNN (met.model.packed); 5 (an Intel CPU's): oneDNN for large weights alone; 4 (a GPU's; 6
 # and 7 a CPU's, by kernel rule): an MTP pass looks up its token's half of the input projection
 # (Transformer._eh_token), a width-1 step writes its keys and values and reads RoPE by slices
-# (CacheContext.row), an MTP catch-up pass computes its last row's output alone. On a CPU the version is the
-# kernel rule's (packed.RULE.path_version).
-CACHED_PATH_VERSION = 4
+# (CacheContext.row), an MTP catch-up pass computes its last row's output alone; 5 (a GPU's; 8 and 9 a CPU's):
+# a draft model's width-1 passes take CacheContext.row and its catch-up computes its last row's output alone.
+# On a CPU the version is the kernel rule's (packed.RULE.path_version).
+CACHED_PATH_VERSION = 5
 
 
 def cached_path_version(device: str | torch.device) -> int:
@@ -358,20 +359,26 @@ class Transformer(nn.Module):
             return ctx.pos
         return torch.arange(tokens.shape[1], device=tokens.device).expand(tokens.shape[0], -1)
 
-    def hidden(self, tokens: torch.Tensor, ctx: CacheContext | None = None, taps: tuple[int, ...] = ()):
+    def hidden(self, tokens: torch.Tensor, ctx: CacheContext | None = None, taps: tuple[int, ...] = (),
+               last: torch.Tensor | int | None = None):
         """Last-layer hidden states [B, T, dim] (before the final norm) of tokens [B, T].
 
         taps (an EAGLE-3 head's target layers, ascending): return (hidden, the hidden states entering
         each of those layers side by side [B, T, len(taps) * dim]); n_layers is the last layer's output.
+        last (the cached path only, as in _layer_cached): every token is cached, but the last layer computes
+        one token's output per row, [B, 1, dim] (a draft model's catch-up needs its last row's alone).
         """
         x = self.model.embed_tokens(tokens)
         if taps:
             return self._hidden_taps(x, ctx, taps)
         if ctx is not None and getattr(self, "_fused", None) is not None:
             cos, sin = self._rope_cached(ctx)
+            final = len(self._fused) - 1
             for i, f in enumerate(self._fused):
-                x = self._layer_cached(f, x, cos, sin, ctx, i)
+                x = self._layer_cached(f, x, cos, sin, ctx, i, last if i == final else None)
             return x
+        if last is not None:
+            raise ValueError("last needs the cached path (a context and fused weights)")
         cos, sin = self._rope(self._positions(tokens, ctx))
         for layer in self.model.layers:
             x, _ = layer(x, cos, sin, ctx)

@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from met.engine import identity
-from met.engine.identity import RunSettings, box_class, mtp_drafter_key, plan_digest, serve_table_key
+from met.engine.identity import (RunSettings, box_class, cpu_signature, device_name, mtp_drafter_key, plan_digest,
+                                 serve_table_key)
+from met.model.recipes import embedded
 from met.model.config import ModelConfig
 from met.model.transformer import Transformer
 
@@ -57,6 +59,41 @@ def test_box_class_cpu_names_model_and_threads(monkeypatch, tmp_path):
     monkeypatch.setattr(identity, "_CPUINFO", info)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
     assert box_class("cpu") == "cpu-amd-epyc-7b13-3t"
+
+
+def _caches(root, sizes):
+    for i, (level, size) in enumerate(sizes):
+        (root / f"index{i}").mkdir(parents=True)
+        (root / f"index{i}" / "level").write_text(f"{level}\n")
+        (root / f"index{i}" / "size").write_text(f"{size}\n")
+    return root
+
+
+def test_cpus_a_hypervisor_names_alike_get_different_device_names_and_plan_digests(tmp_path, monkeypatch):
+    # two "AMD EPYC" guests: the family, model and last-level cache tell them apart, and the digest with them
+    info = tmp_path / "cpuinfo"
+    monkeypatch.setattr(identity, "_CPUINFO", info)
+    names = []
+    for model, l3 in (("1", "8192K"), ("49", "32768K")):
+        info.write_text(f"model name\t: AMD EPYC\ncpu family\t: 23\nmodel\t\t: {model}\nstepping\t: 2\n")
+        monkeypatch.setattr(identity, "_CPU_CACHES", _caches(tmp_path / model, [(1, "32K"), (2, "512K"), (3, l3)]))
+        names.append(device_name("cpu"))
+    assert names == ["AMD EPYC (family 23 model 1 stepping 2, 8 MiB L3)",
+                     "AMD EPYC (family 23 model 49 stepping 2, 32 MiB L3)"]
+    assert box_class("cpu", threads=1) == "cpu-amd-epyc-1t"  # one class of box, its tables' folder
+    cfg = embedded().config
+    digests = {plan_digest("verify", cfg, "float32", name, "2.13.0", 1, "sdpa", "off", [1], 7) for name in names}
+    assert len(digests) == 2
+
+
+def test_a_cpu_signature_leaves_out_what_cannot_be_read(tmp_path, monkeypatch):
+    info = tmp_path / "cpuinfo"
+    info.write_text("model name\t: Some CPU\n")
+    monkeypatch.setattr(identity, "_CPUINFO", info)
+    monkeypatch.setattr(identity, "_CPU_CACHES", tmp_path / "no-such-folder")
+    assert cpu_signature() == "" and device_name("cpu") == "Some CPU"
+    monkeypatch.setattr(identity, "_CPU_CACHES", _caches(tmp_path / "c", [(2, "1536K"), (1, "48K")]))
+    assert cpu_signature() == "1536 KiB L2"
 
 
 def test_a_long_cpu_name_keeps_its_thread_count_in_the_box_class(monkeypatch):

@@ -65,6 +65,30 @@ def test_packed_path_equals_the_modules():
     assert not torch.allclose(out[0][0], out[0][1], atol=1e-3)  # the two heads differ: the check can fail
 
 
+def test_hidden_of_the_last_rows_alone_equals_those_rows_of_the_full_pass_and_caches_every_token():
+    # last=: the final layer computes one token per row; every layer still caches all of them, so the step
+    # after reads the same cache (a draft model's catch-up), for a row context and a ragged batch alike
+    model = random_micro().double()
+    model.fuse()
+    cfg = model.cfg
+    x = torch.randint(0, 256, (2, 9))
+    caches = [KVCache.allocate(cfg.n_layers + 1, 2, 64, cfg.n_kv_heads, cfg.head_dim, torch.float64) for _ in "ab"]
+    with torch.no_grad():
+        pos = torch.arange(0, 6).expand(2, 6)
+        full = model.hidden(x[:, :6], CacheContext.build(caches[0], [0, 1], pos))
+        ends = torch.tensor([5, 3])
+        some = model.hidden(x[:, :6], CacheContext.build(caches[1], [0, 1], pos), last=ends)
+        assert some.shape == (2, 1, cfg.dim)
+        assert torch.allclose(some[:, 0], full[torch.arange(2), ends], atol=1e-10)
+        row = model.hidden(x[:1, 6:9], CacheContext.row(caches[1], 0, 6, 3), last=2)
+        after = model.hidden(x[:1, 6:9], CacheContext.build(caches[0], [0], torch.arange(6, 9)[None]))
+        assert torch.allclose(row[:, 0], after[:, 2], atol=1e-10)
+    assert torch.equal(caches[0].kv[:, 0, :, :9], caches[1].kv[:, 0, :, :9])
+    assert not torch.allclose(full[:, 5], full[:, 3], atol=1e-3)  # the rows differ: picking the wrong one fails
+    with pytest.raises(ValueError, match="cached path"):
+        model.hidden(x, last=0)
+
+
 def test_config_rejects_bad_shapes():
     # head count must divide the width; kv heads must divide heads
     with pytest.raises(ValueError, match="n_heads"):
