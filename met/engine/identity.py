@@ -201,8 +201,8 @@ def device_name(device: str = "cpu") -> str:
 
     A plan digest covers it, so that a table measured on one CPU is refused on another. A hypervisor
     may name unlike CPUs alike: two 2-core "AMD EPYC" guests, both AVX2 without AVX-512, one with an
-    8 MiB last-level cache, took 1,346 and 357 us for the same 24 products of a decode step
-    (benchmarks/studies/gemm_kernels.py).
+    8 MiB last-level cache, took 1,059 and 357 us for the same 24 products of a decode step
+    (benchmarks/studies/results/gemm_kernels_amd_avx2*.md).
     """
     dev = torch.device(device)
     if dev.type == "cuda":
