@@ -370,6 +370,8 @@ class Transformer(nn.Module):
         """
         x = self.model.embed_tokens(tokens)
         if taps:
+            if last is not None:
+                raise ValueError("last and taps together: an EAGLE-3 head's features need every row")
             return self._hidden_taps(x, ctx, taps)
         if ctx is not None and getattr(self, "_fused", None) is not None:
             cos, sin = self._rope_cached(ctx)

@@ -87,6 +87,8 @@ def test_hidden_of_the_last_rows_alone_equals_those_rows_of_the_full_pass_and_ca
     assert not torch.allclose(full[:, 5], full[:, 3], atol=1e-3)  # the rows differ: picking the wrong one fails
     with pytest.raises(ValueError, match="cached path"):
         model.hidden(x, last=0)
+    with pytest.raises(ValueError, match="taps"):
+        model.hidden(x, CacheContext.build(caches[0], [0, 1], pos), taps=(1,), last=0)
 
 
 def test_config_rejects_bad_shapes():
