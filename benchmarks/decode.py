@@ -6,8 +6,8 @@ Every configuration runs the same held-out prompts through the same engine, inte
 repeats (A B C A B C ...), and reports the median. tokens/s counts decode time alone, from a request's
 first step to its last (as `met generate --json` reports it): prefill is left out. "x plain" is the
 median over repeats of each repeat's ratio to plain decode in the same repeat, with the least and
-greatest of those ratios; the greedy texts of every configuration are compared with plain decode's. "Outside forward" is the share of step wall
-time not spent inside the model's forward calls (embedding, layers, heads of the target and the
+greatest of those ratios; the greedy texts of every configuration are compared with plain decode's.
+"Outside forward" is the share of step wall time not spent inside the model's forward calls (embedding, layers, heads of the target and the
 MTP module): tensor set-up, acceptance, bookkeeping.
 """
 
