@@ -44,7 +44,8 @@ class KVCache:
 
     @property
     def k(self) -> torch.Tensor:
-        """Keys [layers, max_batch, n_kv_heads, max_len + PAD_ROOM, head_dim] (a view)."""
+        """Keys [layers, max_batch, n_kv_heads, max_len + PAD_ROOM, head_dim] (a view), each head's features in
+        RoPE pair order (met.model.transformer.rope_pair_order), as the cached path writes them."""
         return self.kv[:, :, : self.kv.shape[2] // 2]
 
     @property

@@ -19,9 +19,10 @@ from met.model.packed import PackedWeight
 # and 7 a CPU's, by kernel rule): an MTP pass looks up its token's half of the input projection
 # (Transformer._eh_token), a width-1 step writes its keys and values and reads RoPE by slices
 # (CacheContext.row), an MTP catch-up pass computes its last row's output alone; 5 (a GPU's; 8 and 9 a CPU's):
-# a draft model's width-1 passes take CacheContext.row and its catch-up computes its last row's output alone.
+# a draft model's width-1 passes take CacheContext.row and its catch-up computes its last row's output alone; 6
+# (a GPU's; 10 and 11 a CPU's): q and k features in RoPE pair order, RoPE one complex multiplication in place.
 # On a CPU the version is the kernel rule's (packed.RULE.path_version).
-CACHED_PATH_VERSION = 5
+CACHED_PATH_VERSION = 6
 
 
 def cached_path_version(device: str | torch.device) -> int:
@@ -114,6 +115,19 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate x ([B, T, H, D]) by cos/sin ([B, T, 1, D])."""
     return x * cos + _rotate_half(x) * sin
+
+
+def _rotate(src: torch.Tensor, rotation: torch.Tensor, out: torch.Tensor) -> None:
+    """RoPE on src ([B, T, heads, head_dim], features in rope_pair_order) into out (src itself allowed): each pair
+    (a, b) as a + ib times rotation ([B, T, 1, head_dim / 2] complex), one kernel in float32 and float64.
+
+    Pair j of a head is rotate_half's (j, j + head_dim / 2): a cos - b sin, a sin + b cos, as apply_rope.
+    """
+    if src.dtype in (torch.float32, torch.float64):
+        pairs = torch.view_as_complex(src.unflatten(-1, (-1, 2)))
+        torch.mul(pairs, rotation, out=torch.view_as_complex(out.unflatten(-1, (-1, 2))))
+    else:  # half precision: rotated in float32, stored back in place
+        out.copy_(torch.view_as_real(torch.view_as_complex(src.float().unflatten(-1, (-1, 2))) * rotation).flatten(-2))
 
 
 class Attention(nn.Module):
@@ -254,15 +268,30 @@ def _unit_rms(x: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
     return x / torch.hypot(torch.linalg.vector_norm(x, dim=-1, keepdim=True), floor)
 
 
+def rope_pair_order(head_dim: int) -> torch.Tensor:
+    """Within a head, the features of each RoPE pair side by side: 0, half, 1, half + 1, ... (rotate_half's pairs).
+
+    The cached path keeps q and k in this order, so RoPE is one complex multiplication in place; the
+    attention scores, q . k, do not change when both are permuted alike.
+    """
+    half = head_dim // 2
+    return torch.stack([torch.arange(half), torch.arange(half) + half], 1).flatten()
+
+
 def _fuse_layer(layer: "DecoderLayer") -> _Fused:
     a, m = layer.self_attn, layer.mlp
-    qkv_bias = torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]) if a.q_proj.bias is not None else None
+    hd = a.head_dim
+    order = rope_pair_order(hd)
+    # q and k rows in pair order, head by head; v's as they are
+    rows = torch.cat([(h * hd + order) for h in range(a.n_heads + a.n_kv_heads)]
+                     + [torch.arange((a.n_heads + a.n_kv_heads) * hd, (a.n_heads + 2 * a.n_kv_heads) * hd)])
+    qkv_bias = torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])[rows] if a.q_proj.bias is not None else None
     qk_scale = None
     if a.q_norm is not None:
         qk_scale = torch.cat([a.q_norm.weight.expand(a.n_heads, -1), a.k_norm.weight.expand(a.n_kv_heads, -1)])
-        qk_scale = (qk_scale * a.head_dim ** 0.5).detach()
+        qk_scale = (qk_scale * hd ** 0.5)[:, order].detach()
     return _Fused(
-        _pack(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]), layer.input_layernorm, qkv_bias),
+        _pack(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])[rows], layer.input_layernorm, qkv_bias),
         _pack(torch.cat([m.gate_proj.weight, m.up_proj.weight]), layer.post_attention_layernorm),
         _pack(a.o_proj.weight, bias=a.o_proj.bias), _pack(m.down_proj.weight), qk_scale,
     )
@@ -301,22 +330,22 @@ class Transformer(nn.Module):
         self._rms_floor = self._rms_floor_of(p)
         self._qk_floor = torch.tensor((self.cfg.norm_eps * self.cfg.head_dim) ** 0.5, dtype=p.dtype, device=p.device)
         half = self.cfg.head_dim // 2
-        sin = self.rope_sin.clone()
-        sin[:, :half] = -sin[:, :half]  # rotate_half(x) * sin == roll(x, half) * signed sin
-        # in the weights' dtype once, not per step
-        self._rope_cached_tables = self.rope_cos.to(p.dtype), sin.to(p.dtype)
+        # e^(i * position * frequency) [positions, half] for the pairs of rope_pair_order, built once: float64 weights
+        # rotate in complex128, every other dtype in complex64 (torch has no bfloat16 complex)
+        real = torch.float64 if p.dtype == torch.float64 else torch.float32
+        self._rope_rotation = torch.complex(self.rope_cos[:, :half].to(real), self.rope_sin[:, :half].to(real))
 
     def _rms_floor_of(self, like: torch.Tensor) -> torch.Tensor:
         """`_unit_rms`'s floor sqrt(eps * dim) in like's dtype and device."""
         return torch.tensor((self.cfg.norm_eps * self.cfg.dim) ** 0.5, dtype=like.dtype, device=like.device)
 
-    def _layer_cached(self, f: _Fused, x: torch.Tensor, cos, sin, ctx: CacheContext, index: int,
+    def _layer_cached(self, f: _Fused, x: torch.Tensor, rotation: torch.Tensor, ctx: CacheContext, index: int,
                       last: torch.Tensor | int | None = None) -> torch.Tensor:
         """One decoder layer over cached context with packed weights: same maths as DecoderLayer.
 
-        last ([B], each row's index among its T tokens; an int: the same index in every row): every token's keys
-        and values are cached, but only that token's output is computed (attention, output projection, MLP),
-        returned as [B, 1, dim].
+        rotation: _rope_cached's. last ([B], each row's index among its T tokens; an int: the same index in every
+        row): every token's keys and values are cached, but only that token's output is computed (attention,
+        output projection, MLP), returned as [B, 1, dim].
         """
         cfg = self.cfg
         B, T, _ = x.shape
@@ -325,7 +354,7 @@ class Transformer(nn.Module):
         qk = qkv[:, :, : H + Hkv]
         # Qwen3 normalises each q and k head first (into a new tensor: the RoPE below writes over qk)
         src = qk if f.qk_scale is None else _unit_rms(qk, self._qk_floor) * f.qk_scale
-        torch.addcmul(src * cos, src.roll(hd // 2, -1), sin, out=qk)  # RoPE on q and k at once, in place
+        _rotate(src, rotation, qk)  # RoPE on q and k at once, in place
         ctx.write(index, qkv[:, :, H:])  # roped keys, then values
         q, mask = qkv[:, :, :H], ctx.mask
         if isinstance(last, int):  # the same token of every row: views
@@ -343,12 +372,11 @@ class Transformer(nn.Module):
         gate, up = f.w13(_unit_rms(x, self._rms_floor)).chunk(2, -1)
         return x + f.w2(F.silu(gate) * up)
 
-    def _rope_cached(self, ctx: CacheContext) -> tuple[torch.Tensor, torch.Tensor]:
-        cos, signed_sin = self._rope_cached_tables
-        if ctx.start is not None:  # one row at consecutive positions: slices of the tables
-            T = ctx.pos.shape[1]
-            return cos[ctx.start : ctx.start + T][None, :, None], signed_sin[ctx.start : ctx.start + T][None, :, None]
-        return cos[ctx.pos][:, :, None], signed_sin[ctx.pos][:, :, None]
+    def _rope_cached(self, ctx: CacheContext) -> torch.Tensor:
+        """The rotation of each token's RoPE pairs, [B, T, 1, head_dim / 2] complex (fuse's table at ctx's positions)."""
+        if ctx.start is not None:  # one row at consecutive positions: a slice of the table
+            return self._rope_rotation[ctx.start : ctx.start + ctx.pos.shape[1]][None, :, None]
+        return self._rope_rotation[ctx.pos][:, :, None]
 
     def _rope(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         dtype = self.lm_head.weight.dtype
@@ -374,10 +402,10 @@ class Transformer(nn.Module):
                 raise ValueError("last and taps together: an EAGLE-3 head's features need every row")
             return self._hidden_taps(x, ctx, taps)
         if ctx is not None and getattr(self, "_fused", None) is not None:
-            cos, sin = self._rope_cached(ctx)
+            rotation = self._rope_cached(ctx)
             final = len(self._fused) - 1
             for i, f in enumerate(self._fused):
-                x = self._layer_cached(f, x, cos, sin, ctx, i, last if i == final else None)
+                x = self._layer_cached(f, x, rotation, ctx, i, last if i == final else None)
             return x
         if last is not None:
             raise ValueError("last needs the cached path (a context and fused weights)")
@@ -389,12 +417,15 @@ class Transformer(nn.Module):
     def _hidden_taps(self, x: torch.Tensor, ctx: CacheContext | None, taps: tuple[int, ...]):
         """hidden() keeping the residual stream entering each layer of taps (its own loop: the plain one is untouched)."""
         fused = ctx is not None and getattr(self, "_fused", None) is not None
-        cos, sin = self._rope_cached(ctx) if fused else self._rope(self._positions(x[..., 0], ctx))
+        if fused:
+            rotation = self._rope_cached(ctx)
+        else:
+            cos, sin = self._rope(self._positions(x[..., 0], ctx))
         kept = []
         for i in range(self.cfg.n_layers):
             kept += [x] * taps.count(i)
             if fused:
-                x = self._layer_cached(self._fused[i], x, cos, sin, ctx, i)
+                x = self._layer_cached(self._fused[i], x, rotation, ctx, i)
             else:
                 x, _ = self.model.layers[i](x, cos, sin, ctx)
         kept += [x] * taps.count(self.cfg.n_layers)
@@ -422,8 +453,7 @@ class Transformer(nn.Module):
         """
         if ctx is not None and pos is None and getattr(self, "_fused_mtp", None) is not None:
             x = self._eh(_unit_rms(hidden, self._rms_floor)) + self._eh_token[next_tokens]
-            cos, sin = self._rope_cached(ctx)
-            return self._layer_cached(self._fused_mtp, x, cos, sin, ctx, self.cfg.n_layers, last), None
+            return self._layer_cached(self._fused_mtp, x, self._rope_cached(ctx), ctx, self.cfg.n_layers, last), None
         if last is not None:
             raise ValueError("last needs the cached path (a context and fused weights)")
         if pos is None:

@@ -22,7 +22,7 @@ from met.engine.accept import greedy_accept
 from met.engine.runner import Draft, ModelRunner, Sampling
 from met.model.config import ModelConfig
 from met.model.dflash import DflashConfig, DflashDrafter
-from met.model.transformer import Transformer
+from met.model.transformer import Transformer, rope_pair_order
 from met.speculative.catchup import catchup_groups
 
 ATOL = 1e-9  # float64: the cached and uncached paths differ by rounding only
@@ -89,6 +89,11 @@ def ref_mtp(h: torch.Tensor, next_tokens: list[int]):
 
 def close(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and torch.allclose(a, b, atol=ATOL, rtol=0)
+
+
+def paired(k: torch.Tensor) -> torch.Tensor:
+    """Reference keys [..., head_dim] in the order the cached path stores them (RoPE pairs side by side)."""
+    return k[..., rope_pair_order(k.shape[-1])]
 
 
 class RunnerMachine(RuleBasedStateMachine):
@@ -325,7 +330,7 @@ class RunnerMachine(RuleBasedStateMachine):
             assert r.room(slot) == self.max_len - L - 1
             h = ref_hidden(hist[:-1]) if L else None
             for layer, (k, v) in enumerate(ref_main_kv(hist[:-1])):
-                assert close(r.cache.k[layer, slot, :, :L], k), f"slot {slot}: layer {layer}'s keys"
+                assert close(r.cache.k[layer, slot, :, :L], paired(k)), f"slot {slot}: layer {layer}'s keys"
                 assert close(r.cache.v[layer, slot, :, :L], v), f"slot {slot}: layer {layer}'s values"
             if r.dflash is not None:
                 assert close(seq.last_h, h[-1]), f"slot {slot}: the hidden state a DFlash draft reads"
@@ -334,7 +339,7 @@ class RunnerMachine(RuleBasedStateMachine):
                 n = small.cache.lengths[slot]
                 assert small.behind[slot] == hist[n:] and small.fed[slot] == [], f"slot {slot}: the draft model's"
                 for layer, (k, v) in enumerate(ref_main_kv(hist[:n], SMALL) if n else ()):
-                    assert close(small.cache.k[layer, slot, :, :n], k), f"slot {slot}: draft layer {layer}'s keys"
+                    assert close(small.cache.k[layer, slot, :, :n], paired(k)), f"slot {slot}: draft layer {layer}'s keys"
                     assert close(small.cache.v[layer, slot, :, :n], v), f"slot {slot}: draft layer {layer}'s values"
             if not r.track_mtp:
                 continue
@@ -345,7 +350,7 @@ class RunnerMachine(RuleBasedStateMachine):
             if m:
                 _, k, v = ref_mtp(h[:m], hist[1 : m + 1])
                 layer = MODEL.cfg.n_layers
-                assert close(r.cache.k[layer, slot, :, :m], k), f"slot {slot}: the MTP block's keys"
+                assert close(r.cache.k[layer, slot, :, :m], paired(k)), f"slot {slot}: the MTP block's keys"
                 assert close(r.cache.v[layer, slot, :, :m], v), f"slot {slot}: the MTP block's values"
 
 
