@@ -69,14 +69,14 @@ class CacheContext:
     def row(cls, cache: KVCache, slot: int, start: int, T: int) -> "CacheContext":
         """Context for one row of T tokens at positions start..start + T - 1 of slot (a width-1 step or draft pass).
 
-        Built from Python ints with views of tensors the cache holds (its slot ids, its causal mask) and one
-        arange, where build() reduces and compares its position tensor; each layer's write is then a copy into
+        Built from Python ints with views of tensors the cache holds (its slot and position ids, its causal
+        mask), where build() reduces and compares its position tensor; each layer's write is then a copy into
         a slice and the RoPE rows are slices of the tables, not index kernels.
         """
         if not 0 <= start <= start + T <= cache.positions - PAD_ROOM:
             raise ValueError(f"positions {start}..{start + T - 1} lie outside the cache's {cache.max_len}")
         upto = start + T
-        pos = torch.arange(start, upto, device=cache.kv.device)[None]
+        pos = cache.position_ids[start:upto][None]
         mask = cache.causal()[start:upto, :upto][None, None] if T > 1 else None
         slot_t = cache.slot_ids[slot : slot + 1]
         return cls(cache, slot_t, pos, upto, slot, mask, slot_t[:, None].expand(1, T), pos, start)
@@ -359,7 +359,9 @@ class Transformer(nn.Module):
         q, mask = qkv[:, :, :H], ctx.mask
         if isinstance(last, int):  # the same token of every row: views
             q, x = q[:, last : last + 1], x[:, last : last + 1]
-            mask = mask[:, :, last : last + 1] if mask is not None else None
+            # the last of one row's consecutive tokens (CacheContext.row) attends to every key read: no mask
+            whole = mask is None or (ctx.start is not None and last == T - 1)
+            mask = None if whole else mask[:, :, last : last + 1]
             T = 1
         elif last is not None:
             rows = torch.arange(B, device=x.device)
