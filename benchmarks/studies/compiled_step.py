@@ -53,9 +53,9 @@ class Step(torch.nn.Module):
         self.head = torch.nn.Parameter(model._head.dense.clone(), requires_grad=False)
         self.embed = torch.nn.Parameter(model.model.embed_tokens.weight.detach().clone(), requires_grad=False)
         self.register_buffer("kv", torch.zeros(cfg.n_layers, 1, 2 * cfg.n_kv_heads, cache_len, cfg.head_dim))
-        cos, sin = model._rope_cached_tables
-        self.register_buffer("cos", cos.clone())
-        self.register_buffer("sin", sin.clone())
+        half = cfg.head_dim // 2  # the fused q and k features are in RoPE pair order (rope_pair_order)
+        self.register_buffer("cos", model.rope_cos[:, :half].clone())
+        self.register_buffer("sin", model.rope_sin[:, :half].clone())
 
     def _unit(self, x):
         return x / torch.sqrt((x * x).sum(-1, keepdim=True) + self.floor ** 2)
@@ -68,7 +68,9 @@ class Step(torch.nn.Module):
         for i in range(self.kv.shape[0]):
             wqkv, wo, w13, w2 = self.weights[4 * i : 4 * i + 4]
             qkv = (self._unit(x) @ wqkv).view(B, T, 3 * H, hd)
-            qk = qkv[:, :, : 2 * H] * cos + qkv[:, :, : 2 * H].roll(hd // 2, -1) * sin
+            pairs = qkv[:, :, : 2 * H].unflatten(-1, (-1, 2))
+            re, im = pairs[..., 0], pairs[..., 1]
+            qk = torch.stack([re * cos - im * sin, re * sin + im * cos], -1).flatten(-2)
             self.kv[i].index_copy_(2, pos[0], torch.cat([qk[:, :, H:], qkv[:, :, 2 * H :]], 2).transpose(1, 2))
             a = F.scaled_dot_product_attention(qk[:, :, :H].transpose(1, 2), self.kv[i, :, :H], self.kv[i, :, H:],
                                                attn_mask=mask)
