@@ -7,7 +7,7 @@ it before every step; the KV entries a step writes are rewritten identically by 
 repetition, and a step's cost does not depend on them.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -57,7 +57,7 @@ class SlotState:
     length: int
     mtp_length: int
     pending: int
-    catchup_h: torch.Tensor | None  # [rows, dim]; None: no rows
+    catchup_h: torch.Tensor | None = field(compare=False)  # [rows, dim]; None: no rows (compared apart: a tensor)
     catchup_tok: tuple[int, ...]
     draft_length: int = 0  # the draft model's cache length (0 without one)
     draft_behind: tuple[int, ...] = ()  # the tokens its next draft step catches up on
