@@ -115,7 +115,7 @@ class StepFixture:
         headed = ((head.cache.lengths[slot], tuple(head.behind[slot]), tuple(head.behind_tok[slot]))
                   if head is not None else ())
         return SlotState(cache.lengths[slot], cache.mtp_lengths[slot], seq.pending,
-                         seq.catchup_h, tuple(seq.catchup_tok), *drafted, *headed)
+                         seq.catchup_rows() if seq.catchup_h else None, tuple(seq.catchup_tok), *drafted, *headed)
 
     def restore(self, width: int, rows: int | None = None) -> None:
         """Put slots 0..width-1 back into the saved state, with only the last `rows` catch-up rows pending.
@@ -131,7 +131,7 @@ class StepFixture:
             cache.lengths[slot] = state.length
             cache.mtp_lengths[slot] = state.mtp_length + len(state.catchup_tok) - keep
             seq.pending = state.pending
-            seq.catchup_h = state.catchup_h[len(state.catchup_tok) - keep :] if keep else None
+            seq.catchup_h = [state.catchup_h[len(state.catchup_tok) - keep :]] if keep else []
             seq.catchup_tok = list(state.catchup_tok[len(state.catchup_tok) - keep :])
             if small is not None:
                 behind = len(state.draft_behind) if rows is None else min(rows, len(state.draft_behind))

@@ -106,14 +106,19 @@ class _Seq:
     pending: int  # last emitted token, not yet in the KV cache
     sampling: Sampling
     generator: torch.Generator | None  # an unseeded sampled sequence's; None: greedy or seeded (picks by position)
-    # [rows, dim] main hidden rows the MTP block has not seen (views of the forward's output); None: none
-    catchup_h: torch.Tensor | None = None
+    # main hidden rows the MTP block has not seen: one [rows, dim] view of a forward's output per step, joined
+    # when read (catchup_rows), so a run of steps without an MTP draft appends without copying
+    catchup_h: list[torch.Tensor] = field(default_factory=list)
     catchup_tok: list[int] = field(default_factory=list)  # the token after each of those rows
     last_h: torch.Tensor | None = None  # [dim] main hidden that predicted `pending` (kept for a DFlash drafter)
     noise: dict[int, torch.Tensor] = field(default_factory=dict)  # seeded: drafted positions' noise, for the verify
     history: History | None = None  # what the logits processors count; None: the sampling has none
     # prefill's log-probabilities, until the caller takes them (prefill_logprobs): the first token's, the prompt's
     scored: tuple[TokenLogprob, tuple[TokenLogprob, ...]] | None = None
+
+    def catchup_rows(self) -> torch.Tensor:
+        """The rows the MTP block has not seen, [rows, dim] (a view when one step left them all)."""
+        return self.catchup_h[0] if len(self.catchup_h) == 1 else torch.cat(self.catchup_h)
 
 
 RECURSIVE_DRAFTERS = ("mtp", "draft", "eagle")  # drafters that draft token by token with confidences: MTP, a draft
@@ -273,7 +278,7 @@ class ModelRunner:
                     if sampling.prompt_logprobs else ()
                 seq.scored = (token_logprobs(logits[i : i + 1], [first], sampling.logprobs)[0], prompt)
             if self.track_mtp:
-                seq.catchup_h = h[i, : lens[i]]
+                seq.catchup_h = [h[i, : lens[i]]]
                 seq.catchup_tok = prompts[i][1:] + [first]
             if self.dflash is not None:
                 seq.last_h = h[i, lens[i] - 1]
@@ -352,7 +357,7 @@ class ModelRunner:
                     last[b] = mh[j]
             h = torch.stack(last)
         for s, seq in zip(act_slots, seqs):
-            seq.catchup_h, seq.catchup_tok = None, []
+            seq.catchup_h, seq.catchup_tok = [], []
             self.cache.mtp_lengths[s] = self.cache.lengths[s]
 
         def advance(keep: list[int] | None, rows: list[int], tokens: list[int]) -> torch.Tensor:
@@ -454,14 +459,14 @@ class ModelRunner:
         """One MTP pass over the main-model rows these sequences' MTP block missed; the last row's hidden of each."""
         if len(slots) == 1:  # nothing to pad: the rows as they are (no zeroed buffers, no gather of the last rows)
             ctx = CacheContext.row(self.cache, slots[0], self.cache.mtp_lengths[slots[0]], rows[0])
-            mh, _ = self.model.mtp_hidden(seqs[0].catchup_h[None],
+            mh, _ = self.model.mtp_hidden(seqs[0].catchup_rows()[None],
                                           torch.tensor([seqs[0].catchup_tok], device=self.device), ctx, last=rows[0] - 1)
             return mh[:, 0]  # [1, dim]
         R = max(rows)
         H = torch.zeros(len(slots), R, self.model.cfg.dim, dtype=self.dtype, device=self.device)  # [B, R, dim]
         toks = torch.zeros(len(slots), R, dtype=torch.long)  # [B, R]
         for b, seq in enumerate(seqs):
-            H[b, : rows[b]] = seq.catchup_h
+            H[b, : rows[b]] = seq.catchup_rows()
             toks[b, : rows[b]] = torch.tensor(seq.catchup_tok)
         start = torch.tensor([self.cache.mtp_lengths[s] for s in slots])
         ctx = CacheContext.build(self.cache, slots, (start[:, None] + torch.arange(R)).to(self.device))
@@ -548,8 +553,7 @@ class ModelRunner:
             self.cache.rollback(slot, length + a + 1)  # rejected drafts leave the cache
             emitted = d.tokens[:a] + [nxt]
             if self.track_mtp:
-                new = h[i, : a + 1]
-                seq.catchup_h = new if seq.catchup_h is None else torch.cat([seq.catchup_h, new])
+                seq.catchup_h.append(h[i, : a + 1])
                 seq.catchup_tok.extend(emitted)
             if self.dflash is not None:
                 seq.last_h = h[i, a]  # the row whose logits chose nxt

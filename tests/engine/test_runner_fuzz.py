@@ -346,7 +346,7 @@ class RunnerMachine(RuleBasedStateMachine):
             m = r.cache.mtp_lengths[slot]
             assert m + r.mtp_behind(slot) == L, f"slot {slot}: MTP rows cached + behind != {L}"
             assert seq.catchup_tok == hist[m + 1 : L + 1]
-            behind = seq.catchup_h if seq.catchup_h is not None else h[m:m]
+            behind = seq.catchup_rows() if seq.catchup_h else h[m:m]
             assert close(behind, h[m:L]), f"slot {slot}: catch-up rows"
             if m:
                 _, k, v = ref_mtp(h[:m], hist[1 : m + 1])
