@@ -106,8 +106,9 @@ class _Seq:
     pending: int  # last emitted token, not yet in the KV cache
     sampling: Sampling
     generator: torch.Generator | None  # an unseeded sampled sequence's; None: greedy or seeded (picks by position)
-    # main hidden rows the MTP block has not seen: one [rows, dim] view of a forward's output per step, joined
-    # when read (catchup_rows), so a run of steps without an MTP draft appends without copying
+    # the MTP block's input rows (Transformer.mtp_input) of the main hidden rows it has not seen: one [rows, dim] view
+    # of a step's head product per step, joined when read (catchup_rows), so a run of steps without an MTP draft
+    # appends without copying
     catchup_h: list[torch.Tensor] = field(default_factory=list)
     catchup_tok: list[int] = field(default_factory=list)  # the token after each of those rows
     last_h: torch.Tensor | None = None  # [dim] main hidden that predicted `pending` (kept for a DFlash drafter)
@@ -259,6 +260,7 @@ class ModelRunner:
         h_run, taps_run = self._hidden(tokens.to(self.device), ctx)  # [U, T, dim], [U, T, n_taps * dim] | None
         last = h_run[torch.arange(len(run)), torch.tensor([lens[i] for i in run]) - 1]  # [U, dim]
         logits_run = self.model.logits_cached(last)  # [U, V]
+        mtp_rows = self.model.mtp_input(h_run) if self.track_mtp else None  # [U, T, dim]: every prompt row's
         for i, (slot, r) in enumerate(zip(slots, rows)):
             if slot != run_slots[r]:
                 self.cache.kv[:, slot, :, : lens[i]] = self.cache.kv[:, run_slots[r], :, : lens[i]]
@@ -278,7 +280,7 @@ class ModelRunner:
                     if sampling.prompt_logprobs else ()
                 seq.scored = (token_logprobs(logits[i : i + 1], [first], sampling.logprobs)[0], prompt)
             if self.track_mtp:
-                seq.catchup_h = [h[i, : lens[i]]]
+                seq.catchup_h = [mtp_rows[rows[i], : lens[i]]]
                 seq.catchup_tok = prompts[i][1:] + [first]
             if self.dflash is not None:
                 seq.last_h = h[i, lens[i] - 1]
@@ -348,33 +350,42 @@ class ModelRunner:
         check_verified(act_slots, rows)
         groups = catchup_groups(rows)
         if len(groups) == 1:
-            h = self._catch_up(act_slots, seqs, rows)  # [B, dim] MTP hidden that predicts draft 1
+            mh = self._catch_up(act_slots, seqs, rows)  # [B, dim] MTP hidden that predicts draft 1
         else:
             last = [None] * len(active)
             for group in groups:
-                mh = self._catch_up([act_slots[b] for b in group], [seqs[b] for b in group], [rows[b] for b in group])
+                part = self._catch_up([act_slots[b] for b in group], [seqs[b] for b in group], [rows[b] for b in group])
                 for j, b in enumerate(group):
-                    last[b] = mh[j]
-            h = torch.stack(last)
+                    last[b] = part[j]
+            mh = torch.stack(last)
         for s, seq in zip(act_slots, seqs):
             seq.catchup_h, seq.catchup_tok = [], []
             self.cache.mtp_lengths[s] = self.cache.lengths[s]
+        deepest, passes = max(depths), 1
+        fed: torch.Tensor | None = None  # [B', dim] the next pass's input rows (Transformer.mtp_input), from head()
+
+        def head(mh: torch.Tensor) -> torch.Tensor:
+            """A pass's logits; but for the deepest pass the same product gives the next pass's input rows."""
+            nonlocal fed
+            if passes == deepest:
+                return self.model.mtp_logits_cached(mh)
+            logits, fed = self.model.mtp_logits_cached(mh, mtp_input=True)
+            return logits
 
         def advance(keep: list[int] | None, rows: list[int], tokens: list[int]) -> torch.Tensor:
-            nonlocal h
-            if keep is not None:
-                h = h[keep]
+            nonlocal passes
+            x = fed if keep is None else fed[keep]
             starts = [self.cache.lengths[act_slots[r]] + len(drafts[active[r]].tokens) - 1 for r in rows]
             if len(rows) == 1:
                 ctx = CacheContext.row(self.cache, act_slots[rows[0]], starts[0], 1)
             else:
                 ctx = CacheContext.build(self.cache, [act_slots[r] for r in rows],
                                          torch.tensor(starts, device=self.device)[:, None])
-            mh, _ = self.model.mtp_hidden(h[:, None], torch.tensor(tokens)[:, None].to(self.device), ctx)
-            h = mh[:, 0]
-            return self.model.mtp_logits_cached(h)
+            passes += 1
+            toks = torch.tensor(tokens, device=self.device)[:, None]
+            return head(self.model.mtp_hidden_from(x[:, None], toks, ctx)[:, 0])
 
-        self._recurse(drafts, active, act_slots, seqs, depths, self.model.mtp_logits_cached(h), advance, replan)
+        self._recurse(drafts, active, act_slots, seqs, depths, head(mh), advance, replan)
         return drafts
 
     @torch.inference_mode()
@@ -459,8 +470,8 @@ class ModelRunner:
         """One MTP pass over the main-model rows these sequences' MTP block missed; the last row's hidden of each."""
         if len(slots) == 1:  # nothing to pad: the rows as they are (no zeroed buffers, no gather of the last rows)
             ctx = CacheContext.row(self.cache, slots[0], self.cache.mtp_lengths[slots[0]], rows[0])
-            mh, _ = self.model.mtp_hidden(seqs[0].catchup_rows()[None],
-                                          torch.tensor([seqs[0].catchup_tok], device=self.device), ctx, last=rows[0] - 1)
+            toks = torch.tensor([seqs[0].catchup_tok], device=self.device)
+            mh = self.model.mtp_hidden_from(seqs[0].catchup_rows()[None], toks, ctx, last=rows[0] - 1)
             return mh[:, 0]  # [1, dim]
         R = max(rows)
         H = torch.zeros(len(slots), R, self.model.cfg.dim, dtype=self.dtype, device=self.device)  # [B, R, dim]
@@ -470,7 +481,7 @@ class ModelRunner:
             toks[b, : rows[b]] = torch.tensor(seq.catchup_tok)
         start = torch.tensor([self.cache.mtp_lengths[s] for s in slots])
         ctx = CacheContext.build(self.cache, slots, (start[:, None] + torch.arange(R)).to(self.device))
-        mh, _ = self.model.mtp_hidden(H, toks.to(self.device), ctx, last=torch.tensor(rows, device=self.device) - 1)
+        mh = self.model.mtp_hidden_from(H, toks.to(self.device), ctx, last=torch.tensor(rows, device=self.device) - 1)
         return mh[:, 0]  # [B, dim]
 
     @torch.inference_mode()
@@ -524,7 +535,10 @@ class ModelRunner:
         else:
             ctx = CacheContext.build(self.cache, slots, (torch.tensor(base)[:, None] + torch.arange(T)).to(self.device))
         h, taps = self._hidden(tokens.to(self.device), ctx)  # [B, T, dim], [B, T, n_taps * dim] | None
-        logits = self.model.logits_cached(h)  # [B, T, V]
+        if self.track_mtp:  # the MTP block's input rows come from the head's product
+            logits, mtp_rows = self.model.logits_cached(h, mtp_input=True)  # [B, T, V], [B, T, dim]
+        else:
+            logits = self.model.logits_cached(h)  # [B, T, V]
         greedy_rows = logits.argmax(-1).tolist()
         margin = None
         if n == 1:
@@ -553,7 +567,7 @@ class ModelRunner:
             self.cache.rollback(slot, length + a + 1)  # rejected drafts leave the cache
             emitted = d.tokens[:a] + [nxt]
             if self.track_mtp:
-                seq.catchup_h.append(h[i, : a + 1])
+                seq.catchup_h.append(mtp_rows[i, : a + 1])
                 seq.catchup_tok.extend(emitted)
             if self.dflash is not None:
                 seq.last_h = h[i, a]  # the row whose logits chose nxt

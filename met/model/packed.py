@@ -42,7 +42,7 @@ class KernelRule:
 
 # An AMD EPYC with AVX-512: the q/k/v projection of the embedded model from 5 rows, its gate/up
 # projection from 3, down from 6, the output projection and the head from 11 to 15.
-BY_SIZE = KernelRule("oneDNN from 2^19 multiply-adds", 1 << 19, 0, 10)
+BY_SIZE = KernelRule("oneDNN from 2^19 multiply-adds", 1 << 19, 0, 12)
 # An Intel Xeon: MKL for every product of the embedded model (weights up to 196,608 elements) up to
 # 80 rows; oneDNN from two rows for a 0.5B checkpoint's smallest weight (1,032,192 elements: 0.79x
 # MKL's time at 2 rows) and every larger one. The bound lies between the two. An AMD EPYC without
@@ -50,7 +50,7 @@ BY_SIZE = KernelRule("oneDNN from 2^19 multiply-adds", 1 << 19, 0, 10)
 # 1.0-1.5x MKL's time at every row count from 1 to 80, by the size rule 1.06-1.47x
 # (benchmarks/studies/results/gemm_kernels_amd_avx2.md), while oneDNN stayed the faster from two rows
 # for a checkpoint's weights (0.50-0.84x MKL's time).
-BIG_WEIGHTS = KernelRule("oneDNN for weights of 2^19 elements or more", 0, 1 << 19, 11)
+BIG_WEIGHTS = KernelRule("oneDNN for weights of 2^19 elements or more", 0, 1 << 19, 13)
 
 
 def cpu_vendor() -> str:

@@ -20,9 +20,11 @@ from met.model.packed import PackedWeight
 # (Transformer._eh_token), a width-1 step writes its keys and values and reads RoPE by slices
 # (CacheContext.row), an MTP catch-up pass computes its last row's output alone; 5 (a GPU's; 8 and 9 a CPU's):
 # a draft model's width-1 passes take CacheContext.row and its catch-up computes its last row's output alone; 6
-# (a GPU's; 10 and 11 a CPU's): q and k features in RoPE pair order, RoPE one complex multiplication in place.
+# (a GPU's; 10 and 11 a CPU's): q and k features in RoPE pair order, RoPE one complex multiplication in place;
+# 7 (a GPU's; 12 and 13 a CPU's): the head and the hidden half of the MTP input projection in one product
+# (Transformer._head_eh), so that a verify or draft pass's logits come with the next MTP pass's input rows.
 # On a CPU the version is the kernel rule's (packed.RULE.path_version).
-CACHED_PATH_VERSION = 6
+CACHED_PATH_VERSION = 7
 
 
 def cached_path_version(device: str | torch.device) -> int:
@@ -125,7 +127,10 @@ def _rotate(src: torch.Tensor, rotation: torch.Tensor, out: torch.Tensor) -> Non
     """
     if src.dtype in (torch.float32, torch.float64):
         pairs = torch.view_as_complex(src.unflatten(-1, (-1, 2)))
-        torch.mul(pairs, rotation, out=torch.view_as_complex(out.unflatten(-1, (-1, 2))))
+        if src is out:  # mul_ takes half the time of mul(out=) at a step's sizes
+            pairs.mul_(rotation)
+        else:
+            torch.mul(pairs, rotation, out=torch.view_as_complex(out.unflatten(-1, (-1, 2))))
     else:  # half precision: rotated in float32, stored back in place
         out.copy_(torch.view_as_real(torch.view_as_complex(src.float().unflatten(-1, (-1, 2))) * rotation).flatten(-2))
 
@@ -321,7 +326,12 @@ class Transformer(nn.Module):
             if self.mtp is not None:
                 m, d = self.mtp, self.cfg.dim
                 self._mtp_head = _pack(self.lm_head.weight, m.norm)
-                self._eh = _pack(_fold(m.eh_proj.weight[:, :d], m.hnorm))  # the hidden state's half
+                eh = _fold(m.eh_proj.weight[:, :d], m.hnorm)  # the hidden state's half of the input projection
+                self._eh = _pack(eh)
+                # The head and that half read the same unit-normed rows: one product gives a step's logits and
+                # the MTP block's input rows (logits_cached(..., mtp_input=True)), a draft pass's likewise.
+                self._head_eh = _pack(torch.cat([_fold(self.lm_head.weight, self.model.norm), eh]))
+                self._mtp_head_eh = _pack(torch.cat([_fold(self.lm_head.weight, m.norm), eh]))
                 # The embedding's half depends on the token alone: each token's normed embedding times it, once,
                 # so a draft pass looks its row up instead of embedding, norming and multiplying.
                 e = self.model.embed_tokens.weight
@@ -437,9 +447,17 @@ class Transformer(nn.Module):
         """Next-token logits [..., vocab] from main-model hidden states."""
         return self.lm_head(self.model.norm(hidden))
 
-    def logits_cached(self, hidden: torch.Tensor) -> torch.Tensor:
-        """logits() with the packed head of fuse(): the inference path."""
-        return self._head(_unit_rms(hidden, self._rms_floor))
+    def logits_cached(self, hidden: torch.Tensor, mtp_input: bool = False):
+        """logits() with the packed head of fuse(): the inference path.
+
+        mtp_input: also the MTP block's input rows of these hidden states (mtp_input()), from the same product:
+        returns (logits [..., V], rows [..., dim]).
+        """
+        unit = _unit_rms(hidden, self._rms_floor)
+        if not mtp_input:
+            return self._head(unit)
+        both = self._head_eh(unit)
+        return both[..., : self.cfg.vocab_size], both[..., self.cfg.vocab_size :]
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Logits [B, T, vocab] of a causal pass without cache (training, reference checks)."""
@@ -454,8 +472,7 @@ class Transformer(nn.Module):
         [B, 1, dim].
         """
         if ctx is not None and pos is None and getattr(self, "_fused_mtp", None) is not None:
-            x = self._eh(_unit_rms(hidden, self._rms_floor)) + self._eh_token[next_tokens]
-            return self._layer_cached(self._fused_mtp, x, self._rope_cached(ctx), ctx, self.cfg.n_layers, last), None
+            return self.mtp_hidden_from(self.mtp_input(hidden), next_tokens, ctx, last), None
         if last is not None:
             raise ValueError("last needs the cached path (a context and fused weights)")
         if pos is None:
@@ -466,13 +483,32 @@ class Transformer(nn.Module):
         cos, sin = self._rope(pos)
         return m.block(x, cos, sin, ctx, prior)
 
+    def mtp_input(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The hidden states' half of the MTP block's input projection, [..., dim] (the cached path's catch-up rows)."""
+        return self._eh(_unit_rms(hidden, self._rms_floor))
+
+    def mtp_hidden_from(self, rows: torch.Tensor, next_tokens: torch.Tensor, ctx: CacheContext,
+                        last: torch.Tensor | int | None = None) -> torch.Tensor:
+        """mtp_hidden() on the cached path from mtp_input()'s rows [B, T, dim] (as logits_cached(..., mtp_input=True)
+        and mtp_logits_cached(..., mtp_input=True) give them): the MTP hidden alone."""
+        x = self._eh_token[next_tokens].add_(rows)
+        return self._layer_cached(self._fused_mtp, x, self._rope_cached(ctx), ctx, self.cfg.n_layers, last)
+
     def mtp_logits(self, mtp_hidden: torch.Tensor) -> torch.Tensor:
         """Draft logits [..., vocab] from MTP hidden states (the head is shared with the main model)."""
         return self.lm_head(self.mtp.norm(mtp_hidden))
 
-    def mtp_logits_cached(self, mtp_hidden: torch.Tensor) -> torch.Tensor:
-        """mtp_logits() with the packed head of fuse(): the inference path."""
-        return self._mtp_head(_unit_rms(mtp_hidden, self._rms_floor))
+    def mtp_logits_cached(self, mtp_hidden: torch.Tensor, mtp_input: bool = False):
+        """mtp_logits() with the packed head of fuse(): the inference path.
+
+        mtp_input: also the next MTP pass's input rows of these MTP hidden states, from the same product (a
+        recursive draft feeds the block its own output): returns (logits [..., V], rows [..., dim]).
+        """
+        unit = _unit_rms(mtp_hidden, self._rms_floor)
+        if not mtp_input:
+            return self._mtp_head(unit)
+        both = self._mtp_head_eh(unit)
+        return both[..., : self.cfg.vocab_size], both[..., self.cfg.vocab_size :]
 
     def num_parameters(self, include_mtp: bool = True) -> int:
         """Parameter count, with or without the MTP module."""

@@ -49,9 +49,9 @@ MODEL = MODELS[0]  # the model of the machine now running (they run one at a tim
 captured: list[torch.Tensor] = []  # every output of the runner's logits_cached, in order
 
 
-def _spy(hidden: torch.Tensor) -> torch.Tensor:
-    out = Transformer.logits_cached(MODEL, hidden)
-    captured.append(out.clone())
+def _spy(hidden: torch.Tensor, mtp_input: bool = False):
+    out = Transformer.logits_cached(MODEL, hidden, mtp_input)
+    captured.append((out[0] if mtp_input else out).clone())
     return out
 
 
@@ -347,7 +347,7 @@ class RunnerMachine(RuleBasedStateMachine):
             assert m + r.mtp_behind(slot) == L, f"slot {slot}: MTP rows cached + behind != {L}"
             assert seq.catchup_tok == hist[m + 1 : L + 1]
             behind = seq.catchup_rows() if seq.catchup_h else h[m:m]
-            assert close(behind, h[m:L]), f"slot {slot}: catch-up rows"
+            assert close(behind, MODEL.mtp_input(h[m:L])), f"slot {slot}: catch-up rows"
             if m:
                 _, k, v = ref_mtp(h[:m], hist[1 : m + 1])
                 layer = MODEL.cfg.n_layers
