@@ -1,6 +1,7 @@
 """The Llama-architecture transformer (weights of HF Llama, Mistral, Qwen2 and Qwen3 ForCausalLM) and its MTP module."""
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 import torch.nn.functional as F
@@ -71,17 +72,12 @@ class CacheContext:
     def row(cls, cache: KVCache, slot: int, start: int, T: int) -> "CacheContext":
         """Context for one row of T tokens at positions start..start + T - 1 of slot (a width-1 step or draft pass).
 
-        Built from Python ints with views of tensors the cache holds (its slot and position ids, its causal
-        mask), where build() reduces and compares its position tensor; each layer's write is then a copy into
-        a slice and the RoPE rows are slices of the tables, not index kernels.
+        Built from Python ints, where build() reduces and compares its position tensor; each layer's write is
+        then a copy into a slice and the RoPE rows are slices of the tables, not index kernels.
         """
         if not 0 <= start <= start + T <= cache.positions - PAD_ROOM:
             raise ValueError(f"positions {start}..{start + T - 1} lie outside the cache's {cache.max_len}")
-        upto = start + T
-        pos = cache.position_ids[start:upto][None]
-        mask = cache.causal()[start:upto, :upto][None, None] if T > 1 else None
-        slot_t = cache.slot_ids[slot : slot + 1]
-        return cls(cache, slot_t, pos, upto, slot, mask, slot_t[:, None].expand(1, T), pos, start)
+        return _RowContext(cache, slot, start, T)
 
     def write(self, layer: int, kv: torch.Tensor) -> None:
         """Store this step's keys and values kv ([B, T, 2 * n_kv_heads, head_dim]) of a layer at their positions."""
@@ -89,6 +85,34 @@ class CacheContext:
             self.cache.write(layer, self.rows, self.write_pos, kv)
         else:
             self.cache.kv[layer, self.first, :, self.start : self.start + kv.shape[1]] = kv[0].transpose(0, 1)
+
+
+class _RowContext(CacheContext):
+    """CacheContext.row's context. Its positions, write indexes and mask are views of tensors the cache holds,
+    made when first read: the slice path reads none of them but a verify's mask, and each view is a few
+    microseconds of a draft pass's few hundred."""
+
+    def __init__(self, cache: KVCache, slot: int, start: int, T: int):
+        self.cache, self.first, self.start, self.upto = cache, slot, start, start + T
+        self.slots = cache.slot_ids[slot : slot + 1]
+
+    @cached_property
+    def pos(self) -> torch.Tensor:
+        return self.cache.position_ids[self.start : self.upto][None]
+
+    @cached_property
+    def mask(self) -> torch.Tensor | None:
+        if self.upto - self.start == 1:
+            return None
+        return self.cache.causal()[self.start : self.upto, : self.upto][None, None]
+
+    @cached_property
+    def rows(self) -> torch.Tensor:
+        return self.slots[:, None].expand(1, self.upto - self.start)
+
+    @cached_property
+    def write_pos(self) -> torch.Tensor:
+        return self.pos
 
 
 class RMSNorm(nn.Module):
@@ -366,18 +390,20 @@ class Transformer(nn.Module):
         src = qk if f.qk_scale is None else _unit_rms(qk, self._qk_floor) * f.qk_scale
         _rotate(src, rotation, qk)  # RoPE on q and k at once, in place
         ctx.write(index, qkv[:, :, H:])  # roped keys, then values
-        q, mask = qkv[:, :, :H], ctx.mask
+        q, mask = qkv[:, :, :H], None
         if isinstance(last, int):  # the same token of every row: views
             q, x = q[:, last : last + 1], x[:, last : last + 1]
             # the last of one row's consecutive tokens (CacheContext.row) attends to every key read: no mask
-            whole = mask is None or (ctx.start is not None and last == T - 1)
-            mask = None if whole else mask[:, :, last : last + 1]
+            if not (ctx.start is not None and last == T - 1) and ctx.mask is not None:
+                mask = ctx.mask[:, :, last : last + 1]
             T = 1
         elif last is not None:
             rows = torch.arange(B, device=x.device)
             q, x = q[rows, last][:, None], x[rows, last][:, None]
-            mask = mask[rows, :, last][:, :, None] if mask is not None else None  # [B, 1, 1, upto]
+            mask = ctx.mask[rows, :, last][:, :, None] if ctx.mask is not None else None  # [B, 1, 1, upto]
             T = 1
+        else:
+            mask = ctx.mask
         keys, values = ctx.cache.read(index, ctx.slots, ctx.upto, ctx.first)
         a = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask, enable_gqa=H != Hkv)
         x = x + f.wo(a.transpose(1, 2).reshape(B, T, H * hd))
@@ -387,7 +413,7 @@ class Transformer(nn.Module):
     def _rope_cached(self, ctx: CacheContext) -> torch.Tensor:
         """The rotation of each token's RoPE pairs, [B, T, 1, head_dim / 2] complex (fuse's table at ctx's positions)."""
         if ctx.start is not None:  # one row at consecutive positions: a slice of the table
-            return self._rope_rotation[ctx.start : ctx.start + ctx.pos.shape[1]][None, :, None]
+            return self._rope_rotation[ctx.start : ctx.upto][None, :, None]
         return self._rope_rotation[ctx.pos][:, :, None]
 
     def _rope(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
