@@ -479,11 +479,12 @@ class Transformer(nn.Module):
         mtp_input: also the MTP block's input rows of these hidden states (mtp_input()), from the same product:
         returns (logits [..., V], rows [..., dim]).
         """
-        unit = _unit_rms(hidden, self._rms_floor)
-        if not mtp_input:
-            return self._head(unit)
-        both = self._head_eh(unit)
-        return both[..., : self.cfg.vocab_size], both[..., self.cfg.vocab_size :]
+        return self._head_product(hidden, self._head_eh if mtp_input else self._head, mtp_input)
+
+    def _head_product(self, hidden: torch.Tensor, head: PackedWeight, split: bool):
+        """head of the unit-normed hidden states; split: cut into (logits, MTP input rows) at the vocabulary."""
+        out = head(_unit_rms(hidden, self._rms_floor))
+        return (out[..., : self.cfg.vocab_size], out[..., self.cfg.vocab_size :]) if split else out
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Logits [B, T, vocab] of a causal pass without cache (training, reference checks)."""
@@ -530,11 +531,7 @@ class Transformer(nn.Module):
         mtp_input: also the next MTP pass's input rows of these MTP hidden states, from the same product (a
         recursive draft feeds the block its own output): returns (logits [..., V], rows [..., dim]).
         """
-        unit = _unit_rms(mtp_hidden, self._rms_floor)
-        if not mtp_input:
-            return self._mtp_head(unit)
-        both = self._mtp_head_eh(unit)
-        return both[..., : self.cfg.vocab_size], both[..., self.cfg.vocab_size :]
+        return self._head_product(mtp_hidden, self._mtp_head_eh if mtp_input else self._mtp_head, mtp_input)
 
     def num_parameters(self, include_mtp: bool = True) -> int:
         """Parameter count, with or without the MTP module."""
