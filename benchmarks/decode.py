@@ -7,8 +7,8 @@ repeats (A B C A B C ...), and reports the median. tokens/s counts decode time a
 first step to its last (as `met generate --json` reports it): prefill is left out. "x plain" is the
 median over repeats of each repeat's ratio to plain decode in the same repeat, with the least and
 greatest of those ratios; the greedy texts of every configuration are compared with plain decode's.
-"Outside forward" is the share of step wall time not spent inside the model's forward calls (embedding, layers, heads of the target and the
-MTP module): tensor set-up, acceptance, bookkeeping.
+"Outside forward" is the share of step wall time not spent inside the model's forward calls (embedding, layers,
+heads of the target and the MTP module, cached or not): tensor set-up, acceptance, bookkeeping.
 """
 
 import argparse
@@ -28,14 +28,17 @@ from met.model.corpus import heldout_prompts
 from met.model.recipes import embedded
 from met.model.tokenizer import encode
 
-FORWARDS = ("hidden", "logits", "mtp_hidden", "mtp_logits")
+# The model's forward entry points, uncached and cached (the engine's path: packed heads, MTP rows)
+FORWARDS = ("hidden", "logits", "mtp_hidden", "mtp_logits", "logits_cached", "mtp_logits_cached", "mtp_input",
+            "mtp_hidden_from")
 
 
 class ForwardTimer:
-    """Wraps the model's forward entry points and records the wall-time interval of every call."""
+    """Wraps the model's forward entry points and records the wall-time interval of every outermost call (one entry
+    point calling another, as mtp_hidden calls mtp_hidden_from, is timed once)."""
 
     def __init__(self, model):
-        self.model, self.intervals = model, []
+        self.model, self.intervals, self.depth = model, [], 0
 
     def __enter__(self):
         for name in FORWARDS:
@@ -43,8 +46,13 @@ class ForwardTimer:
 
             def timed(*a, _fn=fn, **k):
                 t = time.perf_counter()
-                out = _fn(*a, **k)
-                self.intervals.append((t, time.perf_counter()))
+                self.depth += 1
+                try:
+                    out = _fn(*a, **k)
+                finally:
+                    self.depth -= 1
+                if not self.depth:
+                    self.intervals.append((t, time.perf_counter()))
                 return out
 
             setattr(self.model, name, timed)
