@@ -25,7 +25,9 @@ def test_settle_collects_cycles_before_freezing_the_survivors() -> None:
     del garbage
     frozen = settle()
     assert dead() is None  # collected, not frozen for ever
-    assert 0 < frozen <= gc.get_freeze_count()  # what else in the process freezes later only adds
+    # settle's count is of the moment it froze: a frozen object freed since (a caller's temporary) leaves the
+    # permanent generation, so the count now may be lower, and only the survivors' state is checked
+    assert frozen > 0
     assert not any(obj is alive for obj in gc.get_objects())  # frozen objects are out of every generation
 
 
