@@ -58,13 +58,13 @@ def main(argv: list[str] | None = None) -> int:
         length = runner.length(0)
         runner.verify([0], [Draft([], [])])
         runner.cache.rollback(0, length)
-        seq.catchup_h, seq.catchup_tok = [], []
+        seq.catchup_h, seq.catchup_ids = [], []
 
-    rows = torch.zeros(2, model.cfg.dim)
+    rows, ids = torch.zeros(2, model.cfg.dim), torch.tensor([65, 66])
 
     def draft(depth: int):
         def f():
-            seq.catchup_h, seq.catchup_tok = [rows], [65, 66]
+            seq.catchup_h, seq.catchup_ids = [rows], [ids]
             runner.cache.mtp_lengths[0] = runner.length(0) - 2
             runner.draft_mtp([0], [depth])
         return f

@@ -115,7 +115,8 @@ class StepFixture:
         headed = ((head.cache.lengths[slot], tuple(head.behind[slot]), tuple(head.behind_tok[slot]))
                   if head is not None else ())
         return SlotState(cache.lengths[slot], cache.mtp_lengths[slot], seq.pending,
-                         seq.catchup_rows() if seq.catchup_h else None, tuple(seq.catchup_tok), *drafted, *headed)
+                         seq.catchup_rows() if seq.catchup_h else None,
+                         tuple(seq.catchup_tokens().tolist()) if seq.catchup_ids else (), *drafted, *headed)
 
     def restore(self, width: int, rows: int | None = None) -> None:
         """Put slots 0..width-1 back into the saved state, with only the last `rows` catch-up rows pending.
@@ -132,7 +133,8 @@ class StepFixture:
             cache.mtp_lengths[slot] = state.mtp_length + len(state.catchup_tok) - keep
             seq.pending = state.pending
             seq.catchup_h = [state.catchup_h[len(state.catchup_tok) - keep :]] if keep else []
-            seq.catchup_tok = list(state.catchup_tok[len(state.catchup_tok) - keep :])
+            tokens = state.catchup_tok[len(state.catchup_tok) - keep :]
+            seq.catchup_ids = [torch.tensor(tokens, device=self.runner.device)] if keep else []
             if small is not None:
                 behind = len(state.draft_behind) if rows is None else min(rows, len(state.draft_behind))
                 small.cache.lengths[slot] = state.draft_length + len(state.draft_behind) - behind

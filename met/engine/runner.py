@@ -110,7 +110,9 @@ class _Seq:
     # of a step's head product per step, joined when read (catchup_rows), so a run of steps without an MTP draft
     # appends without copying
     catchup_h: list[torch.Tensor] = field(default_factory=list)
-    catchup_tok: list[int] = field(default_factory=list)  # the token after each of those rows
+    # the token after each of those rows, one int64 tensor on the model's device per step (a greedy verify's is a
+    # view of its argmax rows, which are the tokens it emitted): the catch-up pass indexes by them without making one
+    catchup_ids: list[torch.Tensor] = field(default_factory=list)
     last_h: torch.Tensor | None = None  # [dim] main hidden that predicted `pending` (kept for a DFlash drafter)
     noise: dict[int, torch.Tensor] = field(default_factory=dict)  # seeded: drafted positions' noise, for the verify
     history: History | None = None  # what the logits processors count; None: the sampling has none
@@ -120,6 +122,14 @@ class _Seq:
     def catchup_rows(self) -> torch.Tensor:
         """The rows the MTP block has not seen, [rows, dim] (a view when one step left them all)."""
         return self.catchup_h[0] if len(self.catchup_h) == 1 else torch.cat(self.catchup_h)
+
+    def catchup_tokens(self) -> torch.Tensor:
+        """The token after each of those rows, [rows] (a view when one step left them all)."""
+        return self.catchup_ids[0] if len(self.catchup_ids) == 1 else torch.cat(self.catchup_ids)
+
+    def catchup_count(self) -> int:
+        """How many rows the MTP block has not seen."""
+        return sum(ids.shape[0] for ids in self.catchup_ids)
 
 
 RECURSIVE_DRAFTERS = ("mtp", "draft", "eagle")  # drafters that draft token by token with confidences: MTP, a draft
@@ -197,7 +207,7 @@ class ModelRunner:
 
     def mtp_behind(self, slot: int) -> int:
         """Rows the slot's MTP block has yet to catch up on before its next draft (a prompt, plain steps)."""
-        return len(self.seqs[slot].catchup_tok)
+        return self.seqs[slot].catchup_count()
 
     def release(self, slot: int) -> None:
         """Free a slot at once (finished or cancelled sequence)."""
@@ -281,7 +291,7 @@ class ModelRunner:
                 seq.scored = (token_logprobs(logits[i : i + 1], [first], sampling.logprobs)[0], prompt)
             if self.track_mtp:
                 seq.catchup_h = [mtp_rows[rows[i], : lens[i]]]
-                seq.catchup_tok = prompts[i][1:] + [first]
+                seq.catchup_ids = [torch.tensor(prompts[i][1:] + [first], device=self.device)]
             if self.dflash is not None:
                 seq.last_h = h[i, lens[i] - 1]
             if self.draft_model is not None:
@@ -346,7 +356,7 @@ class ModelRunner:
             return drafts
         act_slots = [slots[i] for i in active]
         seqs = [self.seqs[s] for s in act_slots]
-        rows = [len(s.catchup_tok) for s in seqs]
+        rows = [s.catchup_count() for s in seqs]
         check_verified(act_slots, rows)
         groups = catchup_groups(rows)
         if len(groups) == 1:
@@ -359,7 +369,7 @@ class ModelRunner:
                     last[b] = part[j]
             mh = torch.stack(last)
         for s, seq in zip(act_slots, seqs):
-            seq.catchup_h, seq.catchup_tok = [], []
+            seq.catchup_h, seq.catchup_ids = [], []
             self.cache.mtp_lengths[s] = self.cache.lengths[s]
         deepest, passes = max(depths), 1
         fed: torch.Tensor | None = None  # [B', dim] the next pass's input rows (Transformer.mtp_input), from head()
@@ -470,18 +480,18 @@ class ModelRunner:
         """One MTP pass over the main-model rows these sequences' MTP block missed; the last row's hidden of each."""
         if len(slots) == 1:  # nothing to pad: the rows as they are (no zeroed buffers, no gather of the last rows)
             ctx = CacheContext.row(self.cache, slots[0], self.cache.mtp_lengths[slots[0]], rows[0])
-            toks = torch.tensor([seqs[0].catchup_tok], device=self.device)
+            toks = seqs[0].catchup_tokens()[None]
             mh = self.model.mtp_hidden_from(seqs[0].catchup_rows()[None], toks, ctx, last=rows[0] - 1)
             return mh[:, 0]  # [1, dim]
         R = max(rows)
         H = torch.zeros(len(slots), R, self.model.cfg.dim, dtype=self.dtype, device=self.device)  # [B, R, dim]
-        toks = torch.zeros(len(slots), R, dtype=torch.long)  # [B, R]
+        toks = torch.zeros(len(slots), R, dtype=torch.long, device=self.device)  # [B, R]
         for b, seq in enumerate(seqs):
             H[b, : rows[b]] = seq.catchup_rows()
-            toks[b, : rows[b]] = torch.tensor(seq.catchup_tok)
+            toks[b, : rows[b]] = seq.catchup_tokens()
         start = torch.tensor([self.cache.mtp_lengths[s] for s in slots])
         ctx = CacheContext.build(self.cache, slots, (start[:, None] + torch.arange(R)).to(self.device))
-        mh = self.model.mtp_hidden_from(H, toks.to(self.device), ctx, last=torch.tensor(rows, device=self.device) - 1)
+        mh = self.model.mtp_hidden_from(H, toks, ctx, last=torch.tensor(rows, device=self.device) - 1)
         return mh[:, 0]  # [B, dim]
 
     @torch.inference_mode()
@@ -539,7 +549,8 @@ class ModelRunner:
             logits, mtp_rows = self.model.logits_cached(h, mtp_input=True)  # [B, T, V], [B, T, dim]
         else:
             logits = self.model.logits_cached(h)  # [B, T, V]
-        greedy_rows = logits.argmax(-1).tolist()
+        argmax = logits.argmax(-1)  # [B, T]
+        greedy_rows = argmax.tolist()
         margin = None
         if n == 1:
             top2 = logits[0, 0].topk(2).values.tolist()  # a log-prob difference is the logits' difference
@@ -568,7 +579,9 @@ class ModelRunner:
             emitted = d.tokens[:a] + [nxt]
             if self.track_mtp:
                 seq.catchup_h.append(mtp_rows[i, : a + 1])
-                seq.catchup_tok.extend(emitted)
+                # a greedy row emitted the target's argmax tokens (greedy_accept): their ids are a view of them
+                seq.catchup_ids.append(argmax[i, : a + 1] if seq.sampling.greedy and seq.history is None else
+                                       torch.tensor(emitted, device=self.device))
             if self.dflash is not None:
                 seq.last_h = h[i, a]  # the row whose logits chose nxt
             if self.draft_model is not None:

@@ -21,11 +21,13 @@ class KVCache:
     lengths: list[int] = field(default_factory=list)  # tokens cached per slot (main model)
     mtp_lengths: list[int] = field(default_factory=list)  # tokens cached per slot (MTP block)
     slot_ids: torch.Tensor = field(init=False)  # [max_batch] 0, 1, ...: a step's slot tensor as a view
+    slot_rows: list[torch.Tensor] = field(init=False)  # slot_ids[s : s + 1] for each slot s: one row's, made once
     position_ids: torch.Tensor = field(init=False)  # [positions] 0, 1, ...: one row's positions as a view
     _causal: torch.Tensor | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.slot_ids = torch.arange(self.kv.shape[1], device=self.kv.device)
+        self.slot_rows = [self.slot_ids[s : s + 1] for s in range(self.kv.shape[1])]
         self.position_ids = torch.arange(self.kv.shape[3], device=self.kv.device)
 
     def causal(self) -> torch.Tensor:

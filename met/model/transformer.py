@@ -94,7 +94,7 @@ class _RowContext(CacheContext):
 
     def __init__(self, cache: KVCache, slot: int, start: int, T: int):
         self.cache, self.first, self.start, self.upto = cache, slot, start, start + T
-        self.slots = cache.slot_ids[slot : slot + 1]
+        self.slots = cache.slot_rows[slot]
 
     @cached_property
     def pos(self) -> torch.Tensor:
