@@ -60,11 +60,11 @@ def main(argv: list[str] | None = None) -> int:
         runner.cache.rollback(0, length)
         seq.catchup_h, seq.catchup_ids = [], []
 
-    rows, ids = torch.zeros(2, model.cfg.dim), torch.tensor([65, 66])
+    rows = torch.zeros(2, model.cfg.dim)
 
     def draft(depth: int):
         def f():
-            seq.catchup_h, seq.catchup_ids = [rows], [ids]
+            seq.catchup_h, seq.catchup_ids = [rows], [[65, 66]]
             runner.cache.mtp_lengths[0] = runner.length(0) - 2
             runner.draft_mtp([0], [depth])
         return f

@@ -114,9 +114,9 @@ class StepFixture:
         head = self.runner.eagle
         headed = ((head.cache.lengths[slot], tuple(head.behind[slot]), tuple(head.behind_tok[slot]))
                   if head is not None else ())
+        tokens = tuple(seq.catchup_tokens(self.runner.device).tolist()) if seq.catchup_ids else ()
         return SlotState(cache.lengths[slot], cache.mtp_lengths[slot], seq.pending,
-                         seq.catchup_rows() if seq.catchup_h else None,
-                         tuple(seq.catchup_tokens().tolist()) if seq.catchup_ids else (), *drafted, *headed)
+                         seq.catchup_rows() if seq.catchup_h else None, tokens, *drafted, *headed)
 
     def restore(self, width: int, rows: int | None = None) -> None:
         """Put slots 0..width-1 back into the saved state, with only the last `rows` catch-up rows pending.
@@ -134,6 +134,7 @@ class StepFixture:
             seq.pending = state.pending
             seq.catchup_h = [state.catchup_h[len(state.catchup_tok) - keep :]] if keep else []
             tokens = state.catchup_tok[len(state.catchup_tok) - keep :]
+            # as a greedy verify leaves them: on the device (the fixture's sequences are greedy)
             seq.catchup_ids = [torch.tensor(tokens, device=self.runner.device)] if keep else []
             if small is not None:
                 behind = len(state.draft_behind) if rows is None else min(rows, len(state.draft_behind))

@@ -110,9 +110,10 @@ class _Seq:
     # of a step's head product per step, joined when read (catchup_rows), so a run of steps without an MTP draft
     # appends without copying
     catchup_h: list[torch.Tensor] = field(default_factory=list)
-    # the token after each of those rows, one int64 tensor on the model's device per step (a greedy verify's is a
-    # view of its argmax rows, which are the tokens it emitted): the catch-up pass indexes by them without making one
-    catchup_ids: list[torch.Tensor] = field(default_factory=list)
+    # the token after each of those rows, one part per step: a greedy verify's a view of its argmax rows (the tokens it
+    # emitted, already on the model's device), any other step's its token ids, made a tensor only when a catch-up pass
+    # reads them (catchup_tokens), so a step that drafts for no one makes none
+    catchup_ids: list[torch.Tensor | list[int]] = field(default_factory=list)
     last_h: torch.Tensor | None = None  # [dim] main hidden that predicted `pending` (kept for a DFlash drafter)
     noise: dict[int, torch.Tensor] = field(default_factory=dict)  # seeded: drafted positions' noise, for the verify
     history: History | None = None  # what the logits processors count; None: the sampling has none
@@ -123,13 +124,14 @@ class _Seq:
         """The rows the MTP block has not seen, [rows, dim] (a view when one step left them all)."""
         return self.catchup_h[0] if len(self.catchup_h) == 1 else torch.cat(self.catchup_h)
 
-    def catchup_tokens(self) -> torch.Tensor:
-        """The token after each of those rows, [rows] (a view when one step left them all)."""
-        return self.catchup_ids[0] if len(self.catchup_ids) == 1 else torch.cat(self.catchup_ids)
+    def catchup_tokens(self, device: torch.device) -> torch.Tensor:
+        """The token after each of those rows, [rows] on device (a view when one greedy verify left them all)."""
+        parts = [ids if isinstance(ids, torch.Tensor) else torch.tensor(ids, device=device) for ids in self.catchup_ids]
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def catchup_count(self) -> int:
         """How many rows the MTP block has not seen."""
-        return sum(ids.shape[0] for ids in self.catchup_ids)
+        return sum(len(ids) for ids in self.catchup_ids)
 
 
 RECURSIVE_DRAFTERS = ("mtp", "draft", "eagle")  # drafters that draft token by token with confidences: MTP, a draft
@@ -291,7 +293,7 @@ class ModelRunner:
                 seq.scored = (token_logprobs(logits[i : i + 1], [first], sampling.logprobs)[0], prompt)
             if self.track_mtp:
                 seq.catchup_h = [mtp_rows[rows[i], : lens[i]]]
-                seq.catchup_ids = [torch.tensor(prompts[i][1:] + [first], device=self.device)]
+                seq.catchup_ids = [prompts[i][1:] + [first]]
             if self.dflash is not None:
                 seq.last_h = h[i, lens[i] - 1]
             if self.draft_model is not None:
@@ -480,7 +482,7 @@ class ModelRunner:
         """One MTP pass over the main-model rows these sequences' MTP block missed; the last row's hidden of each."""
         if len(slots) == 1:  # nothing to pad: the rows as they are (no zeroed buffers, no gather of the last rows)
             ctx = CacheContext.row(self.cache, slots[0], self.cache.mtp_lengths[slots[0]], rows[0])
-            toks = seqs[0].catchup_tokens()[None]
+            toks = seqs[0].catchup_tokens(self.device)[None]
             mh = self.model.mtp_hidden_from(seqs[0].catchup_rows()[None], toks, ctx, last=rows[0] - 1)
             return mh[:, 0]  # [1, dim]
         R = max(rows)
@@ -488,7 +490,7 @@ class ModelRunner:
         toks = torch.zeros(len(slots), R, dtype=torch.long, device=self.device)  # [B, R]
         for b, seq in enumerate(seqs):
             H[b, : rows[b]] = seq.catchup_rows()
-            toks[b, : rows[b]] = seq.catchup_tokens()
+            toks[b, : rows[b]] = seq.catchup_tokens(self.device)
         start = torch.tensor([self.cache.mtp_lengths[s] for s in slots])
         ctx = CacheContext.build(self.cache, slots, (start[:, None] + torch.arange(R)).to(self.device))
         mh = self.model.mtp_hidden_from(H, toks, ctx, last=torch.tensor(rows, device=self.device) - 1)
@@ -580,8 +582,7 @@ class ModelRunner:
             if self.track_mtp:
                 seq.catchup_h.append(mtp_rows[i, : a + 1])
                 # a greedy row emitted the target's argmax tokens (greedy_accept): their ids are a view of them
-                seq.catchup_ids.append(argmax[i, : a + 1] if seq.sampling.greedy and seq.history is None else
-                                       torch.tensor(emitted, device=self.device))
+                seq.catchup_ids.append(argmax[i, : a + 1] if seq.sampling.greedy and seq.history is None else emitted)
             if self.dflash is not None:
                 seq.last_h = h[i, a]  # the row whose logits chose nxt
             if self.draft_model is not None:

@@ -345,7 +345,7 @@ class RunnerMachine(RuleBasedStateMachine):
                 continue
             m = r.cache.mtp_lengths[slot]
             assert m + r.mtp_behind(slot) == L, f"slot {slot}: MTP rows cached + behind != {L}"
-            assert (seq.catchup_tokens().tolist() if seq.catchup_ids else []) == hist[m + 1 : L + 1]
+            assert (seq.catchup_tokens(r.device).tolist() if seq.catchup_ids else []) == hist[m + 1 : L + 1]
             behind = seq.catchup_rows() if seq.catchup_h else h[m:m]
             assert close(behind, MODEL.mtp_input(h[m:L])), f"slot {slot}: catch-up rows"
             if m:
