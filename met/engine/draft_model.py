@@ -78,13 +78,9 @@ class DraftModel:
             tokens = torch.zeros(len(group), R, dtype=torch.long)  # [G, R], right-padded
             for i, b in enumerate(group):
                 tokens[i, : rows[b]] = torch.tensor(self.behind[slots[b]])
-            if len(group) == 1:  # one row: a context of ints and slices
-                ctx = CacheContext.row(self.cache, g_slots[0], self.cache.lengths[g_slots[0]], R)
-                ends = R - 1
-            else:
-                start = torch.tensor([self.cache.lengths[s] for s in g_slots])
-                ctx = CacheContext.build(self.cache, g_slots, (start[:, None] + torch.arange(R)).to(self.device))
-                ends = torch.tensor([rows[b] for b in group], device=self.device) - 1
+            ctx = CacheContext.consecutive(self.cache, g_slots, [self.cache.lengths[s] for s in g_slots], R)
+            # each row's last token: one row's is the pass's last (an int: views), several rows' by index
+            ends = R - 1 if len(group) == 1 else torch.tensor([rows[b] for b in group], device=self.device) - 1
             h = self.model.hidden(tokens.to(self.device), ctx, last=ends)  # [G, 1, dim]: each row's last token's
             for i, b in enumerate(group):
                 last[b] = h[i, 0]
@@ -95,11 +91,7 @@ class DraftModel:
 
     def step(self, slots: list[int], tokens: list[int]) -> torch.Tensor:
         """Feed each slot its latest draft; the logits [B, V] of the draft after it."""
-        if len(slots) == 1:
-            ctx = CacheContext.row(self.cache, slots[0], self.cache.lengths[slots[0]], 1)
-        else:
-            pos = torch.tensor([[self.cache.lengths[s]] for s in slots])  # [B, 1]
-            ctx = CacheContext.build(self.cache, slots, pos.to(self.device))
+        ctx = CacheContext.consecutive(self.cache, slots, [self.cache.lengths[s] for s in slots], 1)
         h = self.model.hidden(torch.tensor(tokens)[:, None].to(self.device), ctx)  # [B, 1, dim]
         for s, t in zip(slots, tokens):
             self.cache.lengths[s] += 1

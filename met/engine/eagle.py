@@ -80,11 +80,7 @@ class EagleDrafter:
             for i, b in enumerate(group):
                 taps[i, : rows[b]] = torch.stack(self.behind[slots[b]])
                 tokens[i, : rows[b]] = torch.tensor(self.behind_tok[slots[b]])
-            if len(group) == 1:  # one row: writes, reads and positions by slices
-                ctx = CacheContext.row(self.cache, g_slots[0], self.cache.lengths[g_slots[0]], R)
-            else:
-                start = torch.tensor([self.cache.lengths[s] for s in g_slots])
-                ctx = CacheContext.build(self.cache, g_slots, (start[:, None] + torch.arange(R)).to(self.device))
+            ctx = CacheContext.consecutive(self.cache, g_slots, [self.cache.lengths[s] for s in g_slots], R)
             out = self.head(self.head.fuse(taps), self.embed(tokens.to(self.device)), ctx.pos, ctx)  # [G, R, dim]
             ends = out[torch.arange(len(group)), torch.tensor([rows[b] for b in group]) - 1]  # [G, dim]
             for i, b in enumerate(group):
@@ -97,11 +93,7 @@ class EagleDrafter:
 
     def step(self, slots: list[int], hidden: torch.Tensor, tokens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """Feed each slot the head's last output [B, dim] and its latest draft: (logits [B, vocab], output [B, dim])."""
-        if len(slots) == 1:  # one row: its write and reads are slices, no position tensor to reduce
-            ctx = CacheContext.row(self.cache, slots[0], self.cache.lengths[slots[0]] + self.fed[slots[0]], 1)
-        else:
-            pos = torch.tensor([[self.cache.lengths[s] + self.fed[s]] for s in slots], device=self.device)  # [B, 1]
-            ctx = CacheContext.build(self.cache, slots, pos)
+        ctx = CacheContext.consecutive(self.cache, slots, [self.cache.lengths[s] + self.fed[s] for s in slots], 1)
         out = self.head(hidden[:, None], self.embed(torch.tensor(tokens, device=self.device)[:, None]), ctx.pos, ctx)
         for s in slots:
             self.fed[s] += 1

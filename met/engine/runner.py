@@ -388,11 +388,7 @@ class ModelRunner:
             nonlocal passes
             x = fed if keep is None else fed[keep]
             starts = [self.cache.lengths[act_slots[r]] + len(drafts[active[r]].tokens) - 1 for r in rows]
-            if len(rows) == 1:
-                ctx = CacheContext.row(self.cache, act_slots[rows[0]], starts[0], 1)
-            else:
-                ctx = CacheContext.build(self.cache, [act_slots[r] for r in rows],
-                                         torch.tensor(starts, device=self.device)[:, None])
+            ctx = CacheContext.consecutive(self.cache, [act_slots[r] for r in rows], starts, 1)
             passes += 1
             toks = torch.tensor(tokens, device=self.device)[:, None]
             return head(self.model.mtp_hidden_from(x[:, None], toks, ctx)[:, 0])
@@ -491,8 +487,7 @@ class ModelRunner:
         for b, seq in enumerate(seqs):
             H[b, : rows[b]] = seq.catchup_rows()
             toks[b, : rows[b]] = seq.catchup_tokens(self.device)
-        start = torch.tensor([self.cache.mtp_lengths[s] for s in slots])
-        ctx = CacheContext.build(self.cache, slots, (start[:, None] + torch.arange(R)).to(self.device))
+        ctx = CacheContext.consecutive(self.cache, slots, [self.cache.mtp_lengths[s] for s in slots], R)
         mh = self.model.mtp_hidden_from(H, toks, ctx, last=torch.tensor(rows, device=self.device) - 1)
         return mh[:, 0]  # [B, dim]
 
@@ -542,10 +537,7 @@ class ModelRunner:
         rows = [[self.seqs[s].pending, *d.tokens] + [0] * (T - 1 - len(d.tokens)) for s, d in zip(slots, drafts)]
         tokens = torch.tensor(rows)  # [B, T]: pending token then drafts, right-padded
         base = [self.cache.lengths[s] for s in slots]
-        if n == 1:
-            ctx = CacheContext.row(self.cache, slots[0], base[0], T)
-        else:
-            ctx = CacheContext.build(self.cache, slots, (torch.tensor(base)[:, None] + torch.arange(T)).to(self.device))
+        ctx = CacheContext.consecutive(self.cache, slots, base, T)
         h, taps = self._hidden(tokens.to(self.device), ctx)  # [B, T, dim], [B, T, n_taps * dim] | None
         if self.track_mtp:  # the MTP block's input rows come from the head's product
             logits, mtp_rows = self.model.logits_cached(h, mtp_input=True)  # [B, T, V], [B, T, dim]

@@ -79,6 +79,14 @@ class CacheContext:
             raise ValueError(f"positions {start}..{start + T - 1} lie outside the cache's {cache.max_len}")
         return _RowContext(cache, slot, start, T)
 
+    @classmethod
+    def consecutive(cls, cache: KVCache, slots: list[int], starts: list[int], T: int) -> "CacheContext":
+        """Context for T tokens in each slot, slot b's at starts[b], starts[b] + 1, ...: one slot's is row()'s (slices),
+        several slots' build()'s (a padding row's positions past the cache's end clamped into PAD_ROOM)."""
+        if len(slots) == 1:
+            return cls.row(cache, slots[0], starts[0], T)
+        return cls.build(cache, slots, (torch.tensor(starts)[:, None] + torch.arange(T)).to(cache.kv.device))
+
     def write(self, layer: int, kv: torch.Tensor) -> None:
         """Store this step's keys and values kv ([B, T, 2 * n_kv_heads, head_dim]) of a layer at their positions."""
         if self.start is None:
